@@ -1,0 +1,1 @@
+"""Privacy mechanisms: pure, Ray-free plug-ins behind ``mechanisms.base.Mechanism``."""

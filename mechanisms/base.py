@@ -1,0 +1,114 @@
+"""The plug-in interface between the simulator's actors and a privacy mechanism.
+
+The actors never look inside a mechanism. Per round they do exactly this:
+
+1. the server broadcasts the global state (a tuple of flat float64 vectors: one per model hypothesis, so
+   IFCA-style clustering fits) to the sampled silos;
+2. every sampled silo calls ``SiloMechanism.contribute`` and gets a ``SiloContribution``: one flat float64
+   vector that the server may only learn *summed over the participants* (so any protocol, e.g. secure
+   aggregation, can carry it), plus privacy events and metrics;
+3. the server feeds the sum to ``ServerMechanism.aggregate`` to get the next global state.
+
+Mechanisms that need to see individual contributions (server-side clustering) say so with
+``needs_individual_contributions`` and then cannot be combined with secure aggregation.
+Per-user training (ULDP), per-record sampling rates (rPDP) and extra protocol stages live inside the
+mechanism's silo and server objects.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from mechanisms.events import PrivacyEvent
+
+GlobalState = tuple[np.ndarray, ...]
+
+
+class MechanismParams(BaseModel):
+    """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Local optimisation settings shared by every silo (the scenario's ``federation`` block)."""
+
+    local_steps: int
+    batch_size: int
+    lr: float
+
+
+@dataclass(frozen=True)
+class SiloContext:
+    """Everything a silo-side mechanism may use. All randomness comes from ``generator``."""
+
+    silo_id: int
+    features: torch.Tensor
+    labels: torch.Tensor
+    model: torch.nn.Module
+    training: LocalTraining
+    generator: torch.Generator
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class SiloContribution:
+    """What one silo hands to the aggregation protocol in one round."""
+
+    vector: np.ndarray
+    events: tuple[PrivacyEvent, ...] = ()
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+class SiloMechanism(ABC):
+    """Silo side of a mechanism: local training and privatisation of the upload."""
+
+    @abstractmethod
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        """Train locally from ``state`` and return the vector to be summed across silos."""
+
+
+class ServerMechanism(ABC):
+    """Server side of a mechanism: turns the sum of contributions into the next global state."""
+
+    @abstractmethod
+    def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
+        """Return the next global state given the sum of this round's contribution vectors."""
+
+
+class Mechanism(ABC):
+    """A privacy mechanism plug-in. Register it in ``mechanisms.registry``."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[MechanismParams]] = MechanismParams
+    needs_individual_contributions: ClassVar[bool] = False
+
+    def __init__(self, params: MechanismParams) -> None:
+        self.params = params
+
+    @abstractmethod
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        """Build the silo-side object for one silo."""
+
+    @abstractmethod
+    def server(self) -> ServerMechanism:
+        """Build the server-side object."""
+
+
+def model_to_vector(model: torch.nn.Module) -> np.ndarray:
+    """Flatten a model's parameters (in ``named_parameters`` order) into one float64 vector."""
+    return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
+
+
+def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
+    """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
+    torch.nn.utils.vector_to_parameters(
+        torch.as_tensor(vector, dtype=next(model.parameters()).dtype, device=next(model.parameters()).device),
+        model.parameters(),
+    )

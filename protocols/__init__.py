@@ -1,0 +1,1 @@
+"""Aggregation protocols (secure aggregation, later Paillier weighting): pure, Ray-free code."""

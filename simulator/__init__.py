@@ -1,0 +1,1 @@
+"""privsilo simulator: Ray actors, round loop, scenarios, datasets, models, CLI and reports."""
