@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -82,6 +82,28 @@ class ServerMechanism(ABC):
         """Return the next global state given the sum of this round's contribution vectors."""
 
 
+class PrivacyAccountant(ABC):
+    """Turns the privacy events silos report into the run's privacy guarantee."""
+
+    @abstractmethod
+    def record(self, silo_id: int, event: PrivacyEvent) -> None:
+        """Add one event of one silo; reject an unsupported event before changing any state."""
+
+    @abstractmethod
+    def report(self) -> dict[str, Any]:
+        """JSON-ready report: at least ``epsilon`` (None when there is no guarantee) and ``delta``."""
+
+
+class NoGuarantee(PrivacyAccountant):
+    """Accountant of mechanisms that give no differential-privacy guarantee."""
+
+    def record(self, silo_id: int, event: PrivacyEvent) -> None:
+        raise TypeError(f"this mechanism gives no DP guarantee and cannot account {type(event).__name__}")
+
+    def report(self) -> dict[str, Any]:
+        return {"guarantee": "none", "epsilon": None, "delta": None}
+
+
 class Mechanism(ABC):
     """A privacy mechanism plug-in. Register it in ``mechanisms.registry``."""
 
@@ -99,6 +121,10 @@ class Mechanism(ABC):
     @abstractmethod
     def server(self) -> ServerMechanism:
         """Build the server-side object."""
+
+    def accountant(self) -> PrivacyAccountant:
+        """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""
+        return NoGuarantee()
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:

@@ -1,0 +1,90 @@
+"""``dp_sgd``: record-level DP-SGD inside every silo, FedAvg at the server (Abadi et al. 2016, Algorithm 1).
+
+Neighbouring relation: two federations are neighbours if one silo's dataset differs by adding or removing one
+record (records of different silos are disjoint). Per local step a silo Poisson-samples its ``n`` records with
+rate ``q = min(1, batch_size / n)``, clips every per-record gradient to L2 norm ``C`` (so the clipped sum has
+sensitivity ``C``), adds ``N(0, (sigma C)^2 I)`` and divides by the *expected* batch size ``q n`` (dividing by
+the realised size would make the divisor data-dependent). Each round is therefore ``local_steps`` compositions
+of the Poisson-subsampled Gaussian mechanism with noise multiplier ``sigma`` (Mironov et al. 2019), reported as
+one :class:`PoissonGaussianEvent` and accounted by ``mechanisms.accounting``. The upload is a post-processing
+of the noisy steps and the contribution weight ``n`` is treated as public, as in FedAvg.
+"""
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from mechanisms.accounting import RdpAccountant
+from mechanisms.base import (
+    GlobalState,
+    Mechanism,
+    MechanismParams,
+    PrivacyAccountant,
+    ServerMechanism,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+    load_vector_into_model,
+    model_to_vector,
+)
+from mechanisms.events import PoissonGaussianEvent
+from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
+from mechanisms.per_sample import clip_and_sum, gaussian_noise_like, per_sample_gradients, poisson_sample
+
+
+class DpSgdParams(MechanismParams):
+    """Parameters of ``dp_sgd``. ``noise_multiplier = 0`` is allowed but gives epsilon = inf."""
+
+    noise_multiplier: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+
+
+class DpSgdSilo(SiloMechanism):
+    """Local DP-SGD steps; sampling and noise both drawn from ``context.generator``."""
+
+    def __init__(self, context: SiloContext, params: DpSgdParams) -> None:
+        if context.labels.shape[0] == 0:
+            raise ValueError(f"silo {context.silo_id} holds no records; DP-SGD needs n >= 1")
+        self.context = context
+        self.params = params
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        ctx, params = self.context, self.params
+        (start,) = state
+        # A copy: for float64 models load_vector_into_model makes the parameters views of its input.
+        load_vector_into_model(ctx.model, start.copy())
+        ctx.model.train()
+        n = ctx.labels.shape[0]
+        rate = min(1.0, ctx.training.batch_size / n)
+        expected_batch = rate * n
+        noise_std = params.noise_multiplier * params.max_grad_norm
+        for _ in range(ctx.training.local_steps):
+            idx = poisson_sample(num_records=n, rates=rate, generator=ctx.generator).to(ctx.features.device)
+            grads = per_sample_gradients(ctx.model, features=ctx.features[idx], labels=ctx.labels[idx])
+            clipped = clip_and_sum(grads, max_grad_norm=params.max_grad_norm)
+            noise = gaussian_noise_like(clipped, std=noise_std, generator=ctx.generator)
+            with torch.no_grad():
+                for p, g, z in zip(ctx.model.parameters(), clipped, noise):
+                    p.add_(g + z, alpha=-ctx.training.lr / expected_batch)
+        delta = model_to_vector(ctx.model) - start
+        event = PoissonGaussianEvent(
+            sampling_rate=rate, noise_multiplier=params.noise_multiplier, steps=ctx.training.local_steps
+        )
+        return SiloContribution(vector=weighted_delta_vector(delta, float(n)), events=(event,))
+
+
+class DpSgd(Mechanism):
+    """FedAvg whose silos train with record-level DP-SGD (see the module docstring)."""
+
+    name = "dp_sgd"
+    Params = DpSgdParams
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        return DpSgdSilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        return FedAvgServer()
+
+    def accountant(self) -> PrivacyAccountant:
+        return RdpAccountant(delta=self.params.delta)

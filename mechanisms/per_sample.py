@@ -1,0 +1,76 @@
+"""Per-record machinery shared by the DP-SGD family: Poisson sampling, per-sample gradients, clipping, noise.
+
+The pieces are deliberately independent of one another so that variants can recombine them:
+
+* :func:`poisson_sample` includes record ``j`` with probability ``rates`` (one float for uniform DP-SGD, a
+  tensor ``q_j`` for rPDP-FL's per-record rates);
+* :func:`per_sample_gradients` computes ``grad_theta loss(theta; x_j, y_j)`` for every record of a batch with
+  ``torch.func`` (``functional_call`` + ``vmap(grad(.))``), one pass instead of one backward per record;
+* :func:`clip_and_sum` is the clipped sum of Abadi et al. 2016, Algorithm 1 (``g_j / max(1, ||g_j|| / C)``,
+  summed), whose L2 sensitivity under adding/removing one record is ``C`` whatever the sampling;
+* :func:`gaussian_noise_like` draws ``N(0, std^2 I)`` from a caller-supplied generator.
+
+Normalising the noisy sum (by the expected batch size ``q n`` in DP-SGD, by ``sum_j q_j`` in rPDP) is left to
+the caller. Models must be stateless per record: BatchNorm (mixes records) and Dropout (global RNG) are not
+supported inside ``vmap``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+
+def poisson_sample(*, num_records: int, rates: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Indices of the records kept by independent Bernoulli(rates) draws (Poisson sampling).
+
+    ``rates`` is a scalar or a tensor of shape ``(num_records,)``. One uniform draw per record is taken from
+    ``generator`` whatever the rates, so the generator advances identically for every rate.
+    """
+    uniforms = torch.rand(num_records, generator=generator, device=generator.device, dtype=torch.float64)
+    return torch.nonzero(uniforms < torch.as_tensor(rates, dtype=torch.float64, device=generator.device)).reshape(-1)
+
+
+def per_sample_gradients(model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+    """Per-record gradients of the cross-entropy loss, one tensor ``(B, *p.shape)`` per ``model.parameters()``.
+
+    Record ``j``'s gradient is that of ``cross_entropy(model(x_j[None]), y_j[None])``, i.e. exactly what an
+    autograd backward pass on that record alone would give. ``B = 0`` yields empty tensors (``vmap`` cannot
+    trace a model over an empty batch).
+    """
+    if features.shape[0] == 0:
+        return [p.new_zeros((0, *p.shape)) for p in model.parameters()]
+    names = [name for name, _ in model.named_parameters()]
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    buffers = {name: b.detach() for name, b in model.named_buffers()}
+
+    def record_loss(record_params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(model, (record_params, buffers), (x.unsqueeze(0),))
+        return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+    grads = vmap(grad(record_loss), in_dims=(None, 0, 0))(params, features, labels)
+    return [grads[name] for name in names]
+
+
+def per_sample_norms(per_sample_grads: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of each record's gradient over all parameters jointly, shape ``(B,)``."""
+    squared = [g.pow(2).reshape(g.shape[0], math.prod(g.shape[1:])).sum(dim=1) for g in per_sample_grads]
+    return torch.stack(squared, dim=0).sum(dim=0).sqrt()
+
+
+def clip_and_sum(per_sample_grads: list[torch.Tensor], *, max_grad_norm: float) -> list[torch.Tensor]:
+    """Sum over records of ``g_j * min(1, C / ||g_j||)`` (Abadi et al. 2016, Alg. 1, "clip gradient").
+
+    Each record's contribution has L2 norm at most ``C = max_grad_norm``; gradients already within ``C`` are
+    left unchanged (a zero gradient gets factor 1).
+    """
+    factors = (max_grad_norm / per_sample_norms(per_sample_grads)).clamp(max=1.0)
+    return [torch.einsum("b,b...->...", factors.to(g.dtype), g) for g in per_sample_grads]
+
+
+def gaussian_noise_like(tensors: list[torch.Tensor], *, std: float, generator: torch.Generator) -> list[torch.Tensor]:
+    """Independent ``N(0, std^2)`` noise with the shape, dtype and device of each tensor, drawn from ``generator``."""
+    return [
+        torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device).mul_(std) for t in tensors
+    ]

@@ -1,0 +1,13 @@
+"""Name -> mechanism class. Adding a mechanism means adding it here; the actors never change."""
+from __future__ import annotations
+
+from mechanisms.base import Mechanism
+from mechanisms.dp_sgd import DpSgd
+from mechanisms.none import NoPrivacy
+
+MECHANISMS: dict[str, type[Mechanism]] = {cls.name: cls for cls in (NoPrivacy, DpSgd)}
+
+
+def mechanism_class(name: str) -> type[Mechanism]:
+    """Return the mechanism class registered under ``name`` (KeyError if there is none)."""
+    return MECHANISMS[name]

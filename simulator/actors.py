@@ -1,0 +1,183 @@
+"""The Ray actors: one server, one per silo. Each is a thin shell around pure mechanism and protocol code.
+
+The server coordinates: it samples the round's participants (client-level Poisson sampling with rate
+``client_rate``), broadcasts, collects the silos' protected contributions, lets the protocol combine them,
+applies the mechanism's aggregation and evaluates. Protocol set-up stages are relayed through the server.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from mechanisms.base import LocalTraining, SiloContext, load_vector_into_model
+from mechanisms.registry import mechanism_class
+from protocols.base import ServerProtocol, SiloProtocol
+from protocols.fixed_point import FixedPointCodec
+from protocols.plain import PlainSumServer, PlainSumSilo
+from protocols.secure_aggregation import SecAggServer, SecAggSilo
+from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
+from simulator.models import build_model
+from simulator.scenario import ProtocolConfig, Scenario
+
+
+def _silo_protocol(config: ProtocolConfig, silo_id: int) -> SiloProtocol:
+    if config.secure_aggregation:
+        return SecAggSilo(silo_id, codec=FixedPointCodec(fractional_bits=config.fractional_bits))
+    return PlainSumSilo(silo_id)
+
+
+def _server_protocol(config: ProtocolConfig) -> ServerProtocol:
+    if config.secure_aggregation:
+        return SecAggServer(codec=FixedPointCodec(fractional_bits=config.fractional_bits))
+    return PlainSumServer()
+
+
+def _limit_threads(num_cpus: float) -> None:
+    torch.set_num_threads(max(1, int(num_cpus)))
+
+
+class SiloActor:
+    """One silo: holds its records, trains locally through its mechanism, protects the upload."""
+
+    def __init__(
+        self,
+        *,
+        silo_id: int,
+        features: np.ndarray,
+        labels: np.ndarray,
+        scenario: Scenario,
+        feature_shape: tuple[int, ...],
+        num_classes: int,
+        seed: int,
+    ) -> None:
+        resources = scenario.resources.silo
+        _limit_threads(resources.num_cpus)
+        wants_gpu = resources.num_gpus > 0
+        self.device = torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+        self.gpu_fallback = wants_gpu and self.device.type == "cpu"
+        self.silo_id = silo_id
+        self.num_records = int(labels.shape[0])
+        model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes).to(self.device)
+        fed = scenario.federation
+        context = SiloContext(
+            silo_id=silo_id,
+            features=torch.as_tensor(features, device=self.device),
+            labels=torch.as_tensor(labels, device=self.device),
+            model=model,
+            training=LocalTraining(local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr),
+            generator=torch.Generator().manual_seed(seed),
+            device=self.device,
+        )
+        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        self.mechanism = mechanism.silo(context)
+        self.protocol = _silo_protocol(scenario.protocol, silo_id)
+
+    def info(self) -> SiloInfo:
+        context = ray.get_runtime_context()
+        return SiloInfo(
+            silo_id=self.silo_id,
+            num_records=self.num_records,
+            node_id=context.get_node_id(),
+            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+            device=str(self.device),
+            gpu_fallback=self.gpu_fallback,
+        )
+
+    def setup_reply(self, stage: Any, inbound: Any) -> Any:
+        return self.protocol.setup_reply(stage, inbound)
+
+    def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
+        contribution = self.mechanism.contribute(broadcast.state, round_index=broadcast.round_index)
+        payload = self.protocol.protect(
+            contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants
+        )
+        return SiloUpdate(
+            sender=self.silo_id,
+            round_index=broadcast.round_index,
+            payload=payload,
+            events=contribution.events,
+            metrics=dict(contribution.metrics),
+        )
+
+
+class ServerActor:
+    """The federation's server: sampling, broadcast, protocol relay, aggregation, evaluation."""
+
+    def __init__(
+        self,
+        *,
+        scenario: Scenario,
+        silos: list[Any],
+        test_features: np.ndarray,
+        test_labels: np.ndarray,
+        initial_state: tuple[np.ndarray, ...],
+        feature_shape: tuple[int, ...],
+        num_classes: int,
+        seed: int,
+    ) -> None:
+        _limit_threads(scenario.resources.server.num_cpus)
+        self.silos = silos
+        self.client_rate = scenario.federation.client_rate
+        self.rng = np.random.default_rng(seed)
+        self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
+        self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
+        self.test_features = torch.as_tensor(test_features)
+        self.test_labels = torch.as_tensor(test_labels)
+        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server()
+        self.protocol = _server_protocol(scenario.protocol)
+        self.inbox: dict[int, Any] = {}
+
+    def setup(self) -> None:
+        """Run the protocol's set-up stages, relaying every message through this server."""
+        inbound: dict[int, Any] = {}
+        for stage in self.protocol.setup_stages:
+            replies = ray.get([silo.setup_reply.remote(stage, inbound.get(i)) for i, silo in enumerate(self.silos)])
+            inbound = dict(self.protocol.relay(stage, dict(enumerate(replies))))
+
+    def sample_participants(self) -> tuple[int, ...]:
+        """Client-level Poisson sampling: each silo takes part independently with probability client_rate."""
+        chosen = self.rng.random(len(self.silos)) < self.client_rate
+        return tuple(int(i) for i in np.flatnonzero(chosen))
+
+    def run_round(self, round_index: int) -> RoundReport:
+        start = time.perf_counter()
+        participants = self.sample_participants()
+        broadcast = RoundBroadcast(round_index=round_index, participants=participants, state=self.state)
+        updates: list[SiloUpdate] = ray.get([self.silos[i].train.remote(broadcast) for i in participants])
+        self.inbox = {u.sender: u.payload for u in updates}
+        if participants:
+            total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
+            self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
+        loss, accuracy = self.evaluate()
+        train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
+        return RoundReport(
+            round_index=round_index,
+            participants=participants,
+            loss=loss,
+            accuracy=accuracy,
+            events={u.sender: u.events for u in updates},
+            train_loss=float(np.mean(train_losses)) if train_losses else float("nan"),
+            seconds=time.perf_counter() - start,
+        )
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Test loss and accuracy of the global model (the first hypothesis)."""
+        load_vector_into_model(self.model, self.state[0])
+        self.model.eval()
+        logits = torch.cat([self.model(chunk) for chunk in torch.split(self.test_features, 2048)])
+        loss = torch.nn.functional.cross_entropy(logits, self.test_labels).item()
+        accuracy = (logits.argmax(dim=1) == self.test_labels).double().mean().item()
+        return float(loss), float(accuracy)
+
+    def last_round_inbox(self) -> dict[int, Any]:
+        """The protocol messages the server received in the last round (what an honest-but-curious server sees)."""
+        return dict(self.inbox)
+
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        load_vector_into_model(self.model, self.state[0])
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

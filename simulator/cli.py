@@ -1,0 +1,110 @@
+"""The ``privsilo`` command line: run, validate, list, data fetch.
+
+User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
+an interrupted run exits with 130. Neither leaves a half-written output directory.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from simulator.errors import PrivsiloError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a scenario and write its results")
+    run.add_argument("scenario", type=Path, help="scenario YAML file")
+    run.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario key (repeatable)")
+    run.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    validate = commands.add_parser("validate", help="check a scenario (and that its data is here) without running it")
+    validate.add_argument("scenario", type=Path)
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+
+    commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
+
+    data = commands.add_parser("data", help="manage datasets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    fetch = data_commands.add_parser("fetch", help="download a dataset into the local cache")
+    fetch.add_argument("name", help="dataset to fetch (heart_disease, mnist)")
+    fetch.add_argument("--dir", type=Path, default=None, help="destination directory (default: the privsilo data cache)")
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from simulator.engine import resolve_scenario, run
+
+    scenario = resolve_scenario(args.scenario, args.overrides)
+    out = args.out or Path("runs") / scenario.name
+    result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
+    final = result.final
+    eps = result.privacy.get("epsilon")
+    privacy = "no DP guarantee" if eps is None else f"epsilon = {eps:.4g} at delta = {result.privacy['delta']:g}"
+    print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
+    print(f"results written to {out}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from simulator.data import load_dataset
+    from simulator.engine import resolve_scenario
+
+    scenario = resolve_scenario(args.scenario, args.overrides)
+    load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
+    print(f"{args.scenario}: valid ({scenario.mechanism.name} on {scenario.data.dataset}, {scenario.data.silos} silos, {scenario.federation.rounds} rounds)")
+    return 0
+
+
+def _cmd_list(_: argparse.Namespace) -> int:
+    from mechanisms.registry import MECHANISMS
+    from simulator.data import DATASETS
+    from simulator.data.partition import PARTITIONS
+    from simulator.models import MODELS
+
+    print("mechanisms: " + ", ".join(sorted(MECHANISMS)))
+    print("datasets:")
+    for name, info in sorted(DATASETS.items()):
+        print(f"  {name:15s} {info.description}")
+    print("models: " + ", ".join(MODELS))
+    print("partitions: " + ", ".join(PARTITIONS))
+    print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true)")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from simulator.data.fetch import FETCHABLE, fetch_dataset
+
+    if args.name not in FETCHABLE:
+        raise PrivsiloError(f"data fetch: got {args.name!r}; allowed: {', '.join(FETCHABLE)}")
+    path = fetch_dataset(args.name, dest=args.dir)
+    print(f"{args.name} is ready in {path}")
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except PrivsiloError as exc:
+        print(f"privsilo: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("privsilo: interrupted; no output directory was changed", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

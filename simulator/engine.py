@@ -1,0 +1,258 @@
+"""The round loop: builds the federation of Ray actors for a scenario, runs it and collects the results.
+
+``run(scenario)`` is the Python form of ``privsilo run``: it returns a :class:`RunResult` and, given
+``out_dir``, writes the run's files there atomically (see :mod:`simulator.reports`).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import ray
+import torch
+from tqdm.auto import tqdm
+
+from mechanisms.base import model_to_vector
+from mechanisms.registry import mechanism_class
+from simulator.actors import ServerActor, SiloActor
+from simulator.cluster import ray_session
+from simulator.data import Dataset, load_dataset
+from simulator.data.partition import partition_indices
+from simulator.errors import PrivsiloError, ScenarioError
+from simulator.messages import RoundReport, SiloInfo
+from simulator.models import build_model
+from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+
+ACTOR_START_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One row of ``metrics.csv``: the server's round report plus the privacy spent so far."""
+
+    report: RoundReport
+    epsilon: float | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run produced; ``privsilo run`` writes it to disk."""
+
+    scenario: Scenario
+    rounds: tuple[RoundRecord, ...]
+    privacy: Mapping[str, Any]
+    timing: Mapping[str, float]
+    placement: tuple[SiloInfo, ...]
+    model_state: Mapping[str, torch.Tensor]
+
+    @property
+    def final(self) -> dict[str, Any]:
+        last = self.rounds[-1].report
+        return {"rounds": len(self.rounds), "accuracy": last.accuracy, "loss": last.loss}
+
+
+def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Accept a Scenario, a raw mapping or a YAML path; apply ``key=value`` overrides; validate."""
+    if isinstance(scenario, Scenario):
+        if not overrides:
+            return scenario
+        scenario = scenario.to_dict()
+    raw = load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario)
+    return validate_scenario(apply_overrides(raw, overrides or []))
+
+
+def run(
+    scenario: Scenario | Mapping[str, Any] | str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    address: str | None = None,
+    overrides: list[str] | None = None,
+    progress: bool = False,
+) -> RunResult:
+    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given."""
+    from simulator.reports import write_run
+
+    scenario = resolve_scenario(scenario, overrides)
+    if address:
+        scenario = validate_scenario({**scenario.to_dict(), "ray": {"address": address}})
+    result = _run(scenario, progress=progress)
+    if out_dir is not None:
+        write_run(result, Path(out_dir))
+    return result
+
+
+def _seeds(seed: int, num_silos: int) -> dict[str, Any]:
+    partition, server, init, *silos = np.random.SeedSequence(seed).spawn(3 + num_silos)
+
+    def as_int(seq: np.random.SeedSequence) -> int:
+        return int(seq.generate_state(1, dtype=np.uint64)[0] % (2**63))
+
+    return {"partition": partition, "server": as_int(server), "init": as_int(init), "silos": [as_int(s) for s in silos]}
+
+
+def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+    return (model_to_vector(model),)
+
+
+def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
+    data = scenario.data
+    parts = partition_indices(
+        dataset.y_train,
+        scheme=data.partition,
+        num_silos=data.silos,
+        rng=rng,
+        alpha=data.alpha,
+        shards_per_silo=data.shards_per_silo,
+        natural=dataset.natural_partition,
+    )
+    empty = [i for i, part in enumerate(parts) if len(part) == 0]
+    if empty:
+        raise ScenarioError("data.silos", data.silos, f"too many silos for {len(dataset.y_train)} records: silo(s) {empty} got none")
+    return parts
+
+
+class Federation:
+    """The server and silo actors of one scenario, for scripts that drive rounds themselves (e.g. attacks).
+
+    Use as a context manager: entering loads the data, starts (or joins) Ray, starts the actors and runs the
+    protocol set-up; leaving stops exactly the actors it started (and Ray, if it started it).
+    """
+
+    def __init__(self, scenario: Scenario | Mapping[str, Any] | str | Path) -> None:
+        self.scenario = resolve_scenario(scenario)
+        self._stack = ExitStack()
+        self.timing: dict[str, float] = {}
+
+    def __enter__(self) -> "Federation":
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        scenario, t0 = self.scenario, time.perf_counter()
+        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
+        seeds = _seeds(scenario.seed, scenario.data.silos)
+        parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
+        res = scenario.resources
+        t_data = time.perf_counter()
+        self._stack.enter_context(
+            ray_session(
+                address=scenario.ray.address,
+                cpus_needed=res.server.num_cpus + res.silo.num_cpus * len(parts),
+                gpus_needed=res.server.num_gpus + res.silo.num_gpus * len(parts),
+            )
+        )
+        silo_class = ray.remote(SiloActor).options(num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
+        self.silos = []
+        for i, idx in enumerate(parts):
+            self.silos.append(
+                silo_class.remote(
+                    silo_id=i,
+                    features=self.dataset.x_train[idx],
+                    labels=self.dataset.y_train[idx],
+                    scenario=scenario,
+                    feature_shape=self.dataset.feature_shape,
+                    num_classes=self.dataset.num_classes,
+                    seed=seeds["silos"][i],
+                )
+            )
+            self._stack.callback(ray.kill, self.silos[-1])
+        self.server = ray.remote(ServerActor).options(num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus).remote(
+            scenario=scenario,
+            silos=self.silos,
+            test_features=self.dataset.x_test,
+            test_labels=self.dataset.y_test,
+            initial_state=_initial_state(scenario, self.dataset, seeds["init"]),
+            feature_shape=self.dataset.feature_shape,
+            num_classes=self.dataset.num_classes,
+            seed=seeds["server"],
+        )
+        self._stack.callback(ray.kill, self.server)
+        self.placement = tuple(_wait_for_actors([s.info.remote() for s in self.silos]))
+        _warn_gpu_fallback(self.placement)
+        ray.get(self.server.setup.remote())
+        self.timing.update(data_seconds=t_data - t0, setup_seconds=time.perf_counter() - t_data)
+
+    def run_round(self, round_index: int) -> RoundReport:
+        """Run one round on the server actor and return its report."""
+        return ray.get(self.server.run_round.remote(round_index))
+
+    def server_inbox(self) -> dict[int, Any]:
+        """The protocol messages the server received in the last round, by silo id."""
+        return ray.get(self.server.last_round_inbox.remote())
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The global model as a torch state_dict."""
+        return ray.get(self.server.model_state_dict.remote())
+
+
+def _run(scenario: Scenario, *, progress: bool) -> RunResult:
+    accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    t0 = time.perf_counter()
+    with Federation(scenario) as federation:
+        t_start = time.perf_counter()
+        records = []
+        bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
+        for round_index in bar:
+            report = federation.run_round(round_index)
+            for silo_id, events in sorted(report.events.items()):
+                for event in events:
+                    accountant.record(silo_id, event)
+            epsilon = accountant.report()["epsilon"]
+            records.append(RoundRecord(report=report, epsilon=epsilon))
+            bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
+        rounds_seconds = time.perf_counter() - t_start
+        model_state = federation.model_state()
+        timing = {
+            **federation.timing,
+            "rounds_seconds": rounds_seconds,
+            "seconds_per_round": rounds_seconds / len(records),
+        }
+        placement = federation.placement
+    timing["total_seconds"] = time.perf_counter() - t0
+    return RunResult(
+        scenario=scenario,
+        rounds=tuple(records),
+        privacy=accountant.report(),
+        timing=timing,
+        placement=placement,
+        model_state=model_state,
+    )
+
+
+def _wait_for_actors(refs: list[Any]) -> list[SiloInfo]:
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
+    if pending:
+        raise PrivsiloError(
+            f"resources: only {len(ready)} of {len(refs)} silo actors could be scheduled within "
+            f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
+        )
+    return ray.get(refs)
+
+
+def _warn_gpu_fallback(placement: tuple[SiloInfo, ...]) -> None:
+    fallback = [info.silo_id for info in placement if info.gpu_fallback]
+    if fallback:
+        warnings.warn(
+            f"silos {fallback} were given a GPU share (resources.silo.num_gpus) but torch sees no CUDA device "
+            "there; they train on the CPU",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+__all__ = ["Federation", "RoundRecord", "RunResult", "resolve_scenario", "run"]

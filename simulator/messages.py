@@ -1,0 +1,67 @@
+"""Typed, immutable messages exchanged by the server and silo actors.
+
+Protocol payloads (key advertisements, masked vectors, ...) are the protocol's own frozen dataclasses; these
+envelopes carry them without looking inside.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from mechanisms.events import PrivacyEvent
+
+
+def _frozen_array(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True)
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True)
+class RoundBroadcast:
+    """Server -> sampled silos: the global state and who takes part in this round."""
+
+    round_index: int
+    participants: tuple[int, ...]
+    state: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", tuple(_frozen_array(v) for v in self.state))
+
+
+@dataclass(frozen=True)
+class SiloUpdate:
+    """Silo -> server: the protocol message carrying the contribution, plus public metadata."""
+
+    sender: int
+    round_index: int
+    payload: Any
+    events: tuple[PrivacyEvent, ...] = ()
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SiloInfo:
+    """Where and how a silo actor runs (reported once, after start-up)."""
+
+    silo_id: int
+    num_records: int
+    node_id: str
+    gpu_ids: tuple[str, ...]
+    device: str
+    gpu_fallback: bool
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """Server -> driver: what happened in one round."""
+
+    round_index: int
+    participants: tuple[int, ...]
+    loss: float
+    accuracy: float
+    events: Mapping[int, tuple[PrivacyEvent, ...]]
+    train_loss: float
+    seconds: float

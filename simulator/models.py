@@ -1,0 +1,86 @@
+"""Models the silos train: plain torch, no BatchNorm or Dropout (DP-SGD needs per-sample gradients).
+
+* ``logistic_regression``: flatten, then one linear layer (multinomial logistic regression on the logits).
+* ``mlp``: flatten, two hidden layers of 200 ReLU units (the "2NN" of McMahan et al. 2017, "Communication-
+  Efficient Learning of Deep Networks from Decentralized Data", AISTATS, Sec. 3).
+* ``cnn``: the MNIST CNN of McMahan et al. 2017: 5x5 conv (32 channels), 2x2 max pool, 5x5 conv (64 channels),
+  2x2 max pool, fully connected 512 with ReLU, linear output. Convolutions are padded ("same"), so the flatten
+  size is 64 * (H // 4) * (W // 4); it runs on 28x28 and on 8x8 images.
+* ``lenet``: the LeNet attacked in "Deep Leakage from Gradients" (Zhu et al. 2019, NeurIPS): three padded 5x5
+  convolutions of 12 channels with strides 2, 2, 1, each followed by a Sigmoid, then one linear layer. As in
+  DLG, every weight and bias starts uniform in [-0.5, 0.5], which is what makes gradient inversion work on it.
+
+Every model's initial weights are a function of torch's global seed only (``torch.manual_seed``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+MODELS = ("logistic_regression", "mlp", "cnn", "lenet")
+MLP_HIDDEN = 200
+CNN_POOLINGS = 2
+LENET_STRIDES = (2, 2, 1)
+LENET_INIT_BOUND = 0.5
+
+
+def model_supports(name: str, feature_shape: tuple[int, ...]) -> bool:
+    """True when model ``name`` can take inputs of ``feature_shape`` (cnn and lenet need (C, H, W) images)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    if name in ("logistic_regression", "mlp"):
+        return len(feature_shape) >= 1 and math.prod(feature_shape) > 0
+    if len(feature_shape) != 3 or min(feature_shape) < 1:
+        return False
+    return name == "lenet" or min(feature_shape[1:]) >= 2 ** CNN_POOLINGS
+
+
+def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A freshly initialised model mapping a batch shaped (batch, *feature_shape) to (batch, num_classes) logits.
+
+    Raises ValueError for an unknown name or a feature shape the model does not support.
+    """
+    if not model_supports(name, feature_shape):
+        raise ValueError(f"model {name!r} does not support inputs of shape {tuple(feature_shape)}; "
+                         "cnn and lenet need images shaped (channels, height, width)")
+    if name == "logistic_regression":
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(feature_shape), num_classes))
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(math.prod(feature_shape), MLP_HIDDEN), nn.ReLU(),
+            nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.ReLU(),
+            nn.Linear(MLP_HIDDEN, num_classes),
+        )
+    if name == "cnn":
+        return _mcmahan_cnn(feature_shape=feature_shape, num_classes=num_classes)
+    return _dlg_lenet(feature_shape=feature_shape, num_classes=num_classes)
+
+
+def _mcmahan_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    channels, height, width = feature_shape
+    scale = 2 ** CNN_POOLINGS
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (height // scale) * (width // scale), 512), nn.ReLU(),
+        nn.Linear(512, num_classes),
+    )
+
+
+def _dlg_lenet(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    channels, height, width = feature_shape
+    layers: list[nn.Module] = []
+    for stride in LENET_STRIDES:
+        layers += [nn.Conv2d(channels, 12, kernel_size=5, padding=2, stride=stride), nn.Sigmoid()]
+        channels = 12
+        # A padded 5x5 convolution with stride s maps size n to floor((n - 1) / s) + 1.
+        height, width = (height - 1) // stride + 1, (width - 1) // stride + 1
+    model = nn.Sequential(*layers, nn.Flatten(), nn.Linear(12 * height * width, num_classes))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.uniform_(-LENET_INIT_BOUND, LENET_INIT_BOUND)
+    return model

@@ -1,0 +1,137 @@
+"""Writing a run's files: metrics.csv, summary.json, plots and model.pt, all or nothing.
+
+Files are written into a fresh temporary directory beside the target, which then replaces the target in two
+renames. A run that fails or is interrupted leaves an earlier good directory exactly as it was.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+if TYPE_CHECKING:
+    from simulator.engine import RunResult
+
+METRICS_COLUMNS = ("round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds")
+
+
+@contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``target`` only if the block finishes without error."""
+    target = target.expanduser().resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    previous = None
+    if target.exists():
+        previous = target.parent / f".{target.name}.previous-{os.getpid()}"
+        target.rename(previous)
+    staging.rename(target)
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)
+
+
+def write_run(result: RunResult, out_dir: Path) -> None:
+    """Write every output file of a run into ``out_dir`` (atomically)."""
+    with atomic_directory(out_dir) as staging:
+        write_metrics_csv(result, staging / "metrics.csv")
+        (staging / "summary.json").write_text(json.dumps(summary(result), indent=2, allow_nan=False) + "\n")
+        plot_metrics(result, staging / "metrics.png")
+        plot_privacy(result, staging / "privacy.png")
+        torch.save(dict(result.model_state), staging / "model.pt")
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def summary(result: RunResult) -> dict[str, Any]:
+    """The content of summary.json."""
+    return {
+        "config": result.scenario.to_dict(),
+        "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
+        "privacy": _json_safe(dict(result.privacy)),
+        "timing": dict(result.timing),
+        "placement": [
+            {"silo": p.silo_id, "records": p.num_records, "node_id": p.node_id, "gpu_ids": list(p.gpu_ids), "device": p.device}
+            for p in result.placement
+        ],
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float):
+        return _finite_or_none(value)
+    return value
+
+
+def write_metrics_csv(result: RunResult, path: Path) -> None:
+    """One row per round; participants are listed as silo ids joined by ';'."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(METRICS_COLUMNS)
+        for record in result.rounds:
+            report = record.report
+            writer.writerow(
+                [
+                    report.round_index + 1,
+                    ";".join(str(i) for i in report.participants),
+                    len(report.participants),
+                    repr(report.loss),
+                    repr(report.accuracy),
+                    repr(report.train_loss),
+                    "" if record.epsilon is None else repr(record.epsilon),
+                    f"{report.seconds:.4f}",
+                ]
+            )
+
+
+def plot_metrics(result: RunResult, path: Path) -> None:
+    rounds = [r.report.round_index + 1 for r in result.rounds]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_loss.plot(rounds, [r.report.loss for r in result.rounds], marker="o", label="test loss")
+    ax_loss.plot(rounds, [r.report.train_loss for r in result.rounds], marker=".", label="mean local train loss")
+    ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
+    ax_loss.legend()
+    ax_acc.plot(rounds, [r.report.accuracy for r in result.rounds], marker="o", color="tab:green")
+    ax_acc.set(xlabel="round", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
+    fig.suptitle(f"{result.scenario.name}: {result.scenario.mechanism.name}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_privacy(result: RunResult, path: Path) -> None:
+    rounds = [r.report.round_index + 1 for r in result.rounds]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    epsilons = [r.epsilon for r in result.rounds]
+    if all(e is None for e in epsilons):
+        ax.text(0.5, 0.5, f"mechanism '{result.scenario.mechanism.name}'\ngives no DP guarantee", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        delta = result.privacy.get("delta")
+        ax.plot(rounds, [math.nan if e is None else e for e in epsilons], marker="o", color="tab:red")
+        ax.set(xlabel="round", ylabel="epsilon spent", title=f"Privacy spent (delta = {delta:g})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

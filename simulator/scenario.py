@@ -1,0 +1,205 @@
+"""Scenario files: schema, defaults, loading, ``--set`` overrides and validation.
+
+A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``data``, ``model``, ``federation``,
+``mechanism``, ``protocol``, ``resources`` and ``ray`` (every key is documented in the README). Validation
+turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
+allowed. Scripts rely on these key names: extend the schema, never rename a key.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from mechanisms.base import MechanismParams
+from mechanisms.registry import MECHANISMS
+from simulator.errors import ScenarioError
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DataConfig(_Block):
+    dataset: str = "digits"
+    partition: Literal["iid", "shards", "dirichlet", "natural"] = "iid"
+    silos: int = Field(5, ge=1, le=1000)
+    alpha: float | None = Field(None, gt=0)
+    shards_per_silo: int = Field(2, ge=1)
+    path: str | None = None
+
+
+class ModelConfig(_Block):
+    name: Literal["logistic_regression", "mlp", "cnn", "lenet"] = "logistic_regression"
+
+
+class FederationConfig(_Block):
+    rounds: int = Field(10, ge=1)
+    client_rate: float = Field(1.0, gt=0, le=1)
+    local_steps: int = Field(20, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.1, gt=0)
+
+
+class ProtocolConfig(_Block):
+    secure_aggregation: bool = False
+    fractional_bits: int = Field(24, ge=8, le=40)
+
+
+class ActorResources(_Block):
+    num_cpus: float = Field(0.5, ge=0)
+    num_gpus: float = Field(0, ge=0)
+
+
+def _server_resources() -> ActorResources:
+    return ActorResources(num_cpus=0.5, num_gpus=0)
+
+
+class ResourcesConfig(_Block):
+    server: ActorResources = Field(default_factory=_server_resources)
+    silo: ActorResources = Field(default_factory=ActorResources)
+
+
+class RayConfig(_Block):
+    address: str | None = None
+
+
+class MechanismConfig(_Block):
+    name: str = "none"
+    params: SerializeAsAny[MechanismParams] = Field(default_factory=MechanismParams)
+
+
+class Scenario(_Block):
+    """A validated scenario. ``to_dict()`` gives the resolved YAML form written to ``summary.json``."""
+
+    name: str = "scenario"
+    seed: int = Field(0, ge=0)
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    mechanism: MechanismConfig = Field(default_factory=MechanismConfig)
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        raw = self.model_dump(mode="json")
+        mech = raw.pop("mechanism")
+        raw["mechanism"] = {"name": mech["name"], **mech["params"]}
+        order = ("name", "seed", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
+        return {key: raw[key] for key in order}
+
+
+def load_scenario_file(path: str | Path) -> dict[str, Any]:
+    """Read a scenario file into a raw mapping (not yet validated)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError("scenario", str(path), "must be an existing YAML file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError("scenario", str(path), f"must be valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError("scenario", type(raw).__name__, "the top level must be a mapping of blocks")
+    return raw
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML) to a copy of ``raw``."""
+    result = copy.deepcopy(dict(raw))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError("--set", item, "must look like key.path=value")
+        node = result
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ScenarioError(".".join(parts[: i + 1]), child, "is not a block, so it has no sub-keys")
+            node = child
+        node[parts[-1]] = yaml.safe_load(text) if text else None
+    return result
+
+
+def validate_scenario(raw: Mapping[str, Any] | Scenario) -> Scenario:
+    """Validate a raw scenario mapping; raise ScenarioError on the first problem."""
+    if isinstance(raw, Scenario):
+        return raw
+    raw = dict(raw)
+    mechanism_raw = raw.pop("mechanism", None) or {}
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc, Scenario) from None
+    scenario = scenario.model_copy(update={"mechanism": _validate_mechanism(mechanism_raw)})
+    _check_consistency(scenario)
+    return scenario
+
+
+def _validate_mechanism(raw: Any) -> MechanismConfig:
+    if not isinstance(raw, dict):
+        raise ScenarioError("mechanism", raw, "must be a mapping with at least a 'name' key")
+    params = dict(raw)
+    name = params.pop("name", "none")
+    if name not in MECHANISMS:
+        raise ScenarioError("mechanism.name", name, f"allowed: {', '.join(sorted(MECHANISMS))}")
+    params_class = MECHANISMS[name].Params
+    try:
+        validated = params_class.model_validate(params)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc, params_class, prefix=("mechanism",)) from None
+    return MechanismConfig(name=name, params=validated)
+
+
+def _check_consistency(scenario: Scenario) -> None:
+    """Checks that span several fields."""
+    from simulator.data import DATASETS
+    from simulator.models import model_supports
+
+    data = scenario.data
+    if data.dataset not in DATASETS:
+        raise ScenarioError("data.dataset", data.dataset, f"allowed: {', '.join(sorted(DATASETS))}")
+    info = DATASETS[data.dataset]
+    if data.partition == "dirichlet" and data.alpha is None:
+        raise ScenarioError("data.alpha", None, "partition 'dirichlet' needs a concentration alpha > 0")
+    if data.partition == "natural" and info.natural_silos is None:
+        raise ScenarioError("data.partition", "natural", f"dataset '{data.dataset}' has no natural silos; use iid, shards or dirichlet")
+    if data.partition == "natural" and data.silos != info.natural_silos:
+        raise ScenarioError("data.silos", data.silos, f"the natural partition of '{data.dataset}' has exactly {info.natural_silos} silos")
+    if data.path is not None and not Path(data.path).expanduser().is_dir():
+        raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
+    if not model_supports(scenario.model.name, info.feature_shape):
+        raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
+    mechanism = MECHANISMS[scenario.mechanism.name]
+    if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
+        raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
+    for role in ("server", "silo"):
+        gpus = getattr(scenario.resources, role).num_gpus
+        if gpus > 1 and gpus != int(gpus):
+            raise ScenarioError(f"resources.{role}.num_gpus", gpus, "must be a fraction <= 1 or a whole number")
+
+
+def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:
+    err = exc.errors()[0]
+    loc = prefix + tuple(str(part) for part in err["loc"])
+    field = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, tuple(str(p) for p in err["loc"][:-1]))
+        return ScenarioError(field, err["input"], f"unknown key; allowed keys here: {', '.join(allowed) or 'none'}")
+    message = err["msg"]
+    message = message[0].lower() + message[1:] if message else message
+    return ScenarioError(field, err["input"], message)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    for part in loc:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)

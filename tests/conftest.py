@@ -1,0 +1,44 @@
+"""Shared fixtures: one local Ray session for the whole test run (with one logical GPU for scheduling tests)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import simulator  # noqa: F401  (sets the Ray environment before Ray is imported)
+
+REPO = Path(__file__).resolve().parents[1]
+HEART_DISEASE_DIR = REPO.parent / "shared" / "data" / "heart_disease"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray session shared by every test that runs actors; stopped at the end of the session."""
+    import ray
+
+    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def heart_disease_dir() -> Path:
+    if not (HEART_DISEASE_DIR / "processed.cleveland.data").is_file():
+        pytest.skip(f"UCI heart disease files not found in {HEART_DISEASE_DIR}")
+    return HEART_DISEASE_DIR
+
+
+def small_scenario(**blocks) -> dict:
+    """A fast digits scenario; keyword blocks replace the defaults."""
+    scenario = {
+        "name": "test",
+        "seed": 0,
+        "data": {"dataset": "digits", "partition": "iid", "silos": 3},
+        "model": {"name": "logistic_regression"},
+        "federation": {"rounds": 3, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},
+        "mechanism": {"name": "none"},
+        "protocol": {"secure_aggregation": False},
+        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+    }
+    scenario.update(blocks)
+    return scenario

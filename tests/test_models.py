@@ -1,0 +1,74 @@
+"""Model zoo: output shapes, supported inputs, determinism and the absence of per-batch layers."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from simulator.models import MODELS, build_model, model_supports
+
+TABULAR = [(13,), (30,)]
+IMAGES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
+SHAPES = TABULAR + IMAGES
+SUPPORTED = [(name, shape) for name in ("logistic_regression", "mlp") for shape in SHAPES] + [
+    (name, shape) for name in ("cnn", "lenet") for shape in IMAGES]
+
+
+@pytest.mark.parametrize(("name", "shape"), SUPPORTED)
+def test_supported_models_give_batch_by_classes_logits(name, shape):
+    assert model_supports(name, shape)
+    torch.manual_seed(0)
+    model = build_model(name, feature_shape=shape, num_classes=7)
+    logits = model(torch.randn(5, *shape))
+    assert logits.shape == (5, 7)
+    assert torch.isfinite(logits).all()
+
+
+def test_support_matrix():
+    for name in ("logistic_regression", "mlp"):
+        assert all(model_supports(name, shape) for shape in SHAPES)
+    for name in ("cnn", "lenet"):
+        assert not any(model_supports(name, shape) for shape in TABULAR)
+    assert not model_supports("cnn", (1, 3, 3))  # too small for two 2x2 poolings
+
+
+def test_building_cnn_on_tabular_data_is_refused():
+    with pytest.raises(ValueError, match="cnn"):
+        build_model("cnn", feature_shape=(13,), num_classes=2)
+
+
+def test_unknown_model_is_refused():
+    with pytest.raises(ValueError, match="lenet"):
+        model_supports("resnet", (1, 28, 28))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_same_seed_same_weights(name):
+    def weights(seed):
+        torch.manual_seed(seed)
+        return [p.detach().clone() for p in build_model(name, feature_shape=(1, 28, 28), num_classes=10).parameters()]
+
+    first, again, other = weights(1), weights(1), weights(2)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_no_batch_dependent_layers(name):
+    model = build_model(name, feature_shape=(1, 28, 28), num_classes=10)
+    forbidden = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.GroupNorm, nn.LayerNorm)
+    assert not any(isinstance(module, forbidden) for module in model.modules())
+
+
+def test_architectures_match_their_papers():
+    cnn = build_model("cnn", feature_shape=(1, 28, 28), num_classes=10)
+    # McMahan et al. 2017: 1,663,370 parameters for the MNIST CNN with "same" padding.
+    assert sum(p.numel() for p in cnn.parameters()) == 1_663_370
+    mlp = build_model("mlp", feature_shape=(1, 28, 28), num_classes=10)
+    assert [m.out_features for m in mlp.modules() if isinstance(m, nn.Linear)] == [200, 200, 10]
+    lenet = build_model("lenet", feature_shape=(3, 32, 32), num_classes=100)
+    convs = [m for m in lenet.modules() if isinstance(m, nn.Conv2d)]
+    assert [c.stride[0] for c in convs] == [2, 2, 1] and {c.out_channels for c in convs} == {12}
+    assert sum(isinstance(m, nn.Sigmoid) for m in lenet.modules()) == 3
+    assert [m.in_features for m in lenet.modules() if isinstance(m, nn.Linear)] == [768]  # as in DLG on CIFAR
+    assert all(p.abs().max() <= 0.5 for p in lenet.parameters())

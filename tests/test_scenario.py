@@ -1,0 +1,122 @@
+"""Scenario validation and the CLI's handling of bad input (exit code 2, one line, nothing written)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.errors import ScenarioError
+from simulator.scenario import apply_overrides, validate_scenario
+from tests.conftest import REPO, small_scenario
+
+
+def test_defaults_fill_a_minimal_scenario():
+    scenario = validate_scenario({"name": "x"})
+    resolved = scenario.to_dict()
+    assert resolved["data"] == {"dataset": "digits", "partition": "iid", "silos": 5, "alpha": None, "shards_per_silo": 2, "path": None}
+    assert resolved["mechanism"] == {"name": "none"}
+    assert resolved["federation"]["client_rate"] == 1.0
+
+
+def test_mechanism_params_are_validated_and_resolved():
+    scenario = validate_scenario(small_scenario(mechanism={"name": "dp_sgd", "noise_multiplier": 1.5}))
+    mech = scenario.to_dict()["mechanism"]
+    assert mech["name"] == "dp_sgd" and mech["noise_multiplier"] == 1.5 and mech["max_grad_norm"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "value_text"),
+    [
+        ({"federation": {"client_rate": -0.5}}, "federation.client_rate", "-0.5"),
+        ({"federation": {"rounds": "ten"}}, "federation.rounds", "'ten'"),
+        ({"federation": {"rounds": 3, "epochs": 2}}, "federation.epochs", "2"),
+        ({"colour": "blue"}, "colour", "'blue'"),
+        ({"data": {"dataset": "cifar", "silos": 3}}, "data.dataset", "'cifar'"),
+        ({"data": {"dataset": "digits", "partition": "dirichlet", "silos": 3}}, "data.alpha", "None"),
+        ({"data": {"dataset": "digits", "silos": 3, "path": "/no/such/dir"}}, "data.path", "'/no/such/dir'"),
+        ({"model": {"name": "cnn"}, "data": {"dataset": "breast_cancer", "silos": 3}}, "model.name", "'cnn'"),
+        ({"mechanism": {"name": "dp_sgd", "noise_multiplier": -1}}, "mechanism.noise_multiplier", "-1"),
+        ({"mechanism": {"name": "dp_sgd", "delta": 1.5}}, "mechanism.delta", "1.5"),
+        ({"mechanism": {"name": "dp_sgd", "sigma": 1}}, "mechanism.sigma", "1"),
+        ({"mechanism": {"name": "magic"}}, "mechanism.name", "'magic'"),
+        ({"resources": {"silo": {"num_gpus": -0.25}}}, "resources.silo.num_gpus", "-0.25"),
+        ({"resources": {"silo": {"num_gpus": 1.5}}}, "resources.silo.num_gpus", "1.5"),
+    ],
+)
+def test_bad_field_names_field_value_and_rule(change, field, value_text):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(**change))
+    assert info.value.field == field
+    message = str(info.value)
+    assert message.startswith(field) and value_text in message
+    assert info.value.allowed  # says what is allowed
+
+
+def test_unknown_key_lists_allowed_keys():
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(federation={"rounds": 2, "epochs": 2}))
+    assert "client_rate" in info.value.allowed and "local_steps" in info.value.allowed
+
+
+def test_overrides_parse_yaml_values():
+    raw = apply_overrides(small_scenario(), ["federation.lr=0.05", "protocol.secure_aggregation=true", "data.silos=4"])
+    scenario = validate_scenario(raw)
+    assert scenario.federation.lr == 0.05 and scenario.protocol.secure_aggregation and scenario.data.silos == 4
+    with pytest.raises(ScenarioError) as info:
+        apply_overrides(small_scenario(), ["federation.lr"])
+    assert info.value.field == "--set"
+
+
+def test_cli_bad_input_exits_2_with_one_line_and_keeps_previous_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.csv").write_text("earlier good run\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(small_scenario(federation={"client_rate": -0.5})))
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator.cli", "run", str(bad), "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "federation.client_rate" in lines[0] and "-0.5" in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert (out / "metrics.csv").read_text() == "earlier good run\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "out"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["validate", "no-such-file.yaml"], "scenario"),
+        (["validate", str(REPO / "scenarios" / "quickstart.yaml"), "--set", "data.silos=0"], "data.silos"),
+        (["validate", str(REPO / "scenarios" / "quickstart.yaml"), "--set", "federation.batch_size=1.5"], "federation.batch_size"),
+        (["data", "fetch", "imagenet"], "imagenet"),
+    ],
+)
+def test_cli_user_errors_return_2(args, needle, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_missing_heart_disease_files_are_a_user_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PRIVSILO_DATA_DIR", str(tmp_path))
+    assert main(["validate", str(REPO / "scenarios" / "heart_disease_dpsgd.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "privsilo data fetch heart_disease" in err
+
+
+def test_every_shipped_scenario_is_valid():
+    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+        validate_scenario(yaml.safe_load(path.read_text()))
+
+
+def test_list_names_everything(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("dp_sgd", "none", "digits", "heart_disease", "mnist", "cnn", "dirichlet", "secure_aggregation"):
+        assert name in out
