@@ -134,7 +134,6 @@ def model_to_vector(model: torch.nn.Module) -> np.ndarray:
 
 def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
-    torch.nn.utils.vector_to_parameters(
-        torch.as_tensor(vector, dtype=next(model.parameters()).dtype, device=next(model.parameters()).device),
-        model.parameters(),
-    )
+    first = next(model.parameters())
+    # torch.tensor copies: the parameters must never alias the caller's (e.g. the broadcast) array.
+    torch.nn.utils.vector_to_parameters(torch.tensor(vector, dtype=first.dtype, device=first.device), model.parameters())

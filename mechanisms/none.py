@@ -38,7 +38,7 @@ class FedAvgSilo(SiloMechanism):
             with torch.no_grad():
                 for p in ctx.model.parameters():
                     p.add_(p.grad, alpha=-ctx.training.lr)
-            loss_sum += float(loss)
+            loss_sum += loss.item()
         delta = model_to_vector(ctx.model) - start
         return SiloContribution(
             vector=weighted_delta_vector(delta, float(n)),

@@ -65,8 +65,8 @@ class SiloActor:
         fed = scenario.federation
         context = SiloContext(
             silo_id=silo_id,
-            features=torch.as_tensor(features, device=self.device),
-            labels=torch.as_tensor(labels, device=self.device),
+            features=torch.tensor(features, device=self.device),
+            labels=torch.tensor(labels, device=self.device),
             model=model,
             training=LocalTraining(local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr),
             generator=torch.Generator().manual_seed(seed),
@@ -125,8 +125,8 @@ class ServerActor:
         self.rng = np.random.default_rng(seed)
         self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
-        self.test_features = torch.as_tensor(test_features)
-        self.test_labels = torch.as_tensor(test_labels)
+        self.test_features = torch.tensor(test_features)
+        self.test_labels = torch.tensor(test_labels)
         self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server()
         self.protocol = _server_protocol(scenario.protocol)
         self.inbox: dict[int, Any] = {}

@@ -1,11 +1,16 @@
 """Shared fixtures: one local Ray session for the whole test run (with one logical GPU for scheduling tests)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
+# Keep every Ray node, driver and worker of the tests on the loopback address: Ray reads this flag at import
+# time, and with it off it binds to 127.0.0.1 instead of the machine's network address. Subprocesses inherit it.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-import simulator  # noqa: F401  (sets the Ray environment before Ray is imported)
+import pytest  # noqa: E402
+
+import simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
 
 REPO = Path(__file__).resolve().parents[1]
 HEART_DISEASE_DIR = REPO.parent / "shared" / "data" / "heart_disease"

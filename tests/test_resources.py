@@ -40,12 +40,13 @@ def test_scenario_runs_on_a_two_node_cluster(tmp_path):
     )
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1"})
+    address = cluster.address
     try:
-        cluster.add_node(num_cpus=2)
+        cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
         proc = subprocess.run(
-            [sys.executable, "-m", "simulator.cli", "run", str(path), "--address", cluster.address,
+            [sys.executable, "-m", "simulator.cli", "run", str(path), "--address", address,
              "--out", str(tmp_path / "out"), "--no-progress"],
             capture_output=True, text=True, cwd=REPO, timeout=300,
         )
@@ -55,5 +56,5 @@ def test_scenario_runs_on_a_two_node_cluster(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     nodes = {p["node_id"] for p in summary["placement"]}
     assert len(nodes) == 2  # three 1-CPU silos cannot fit on either node alone
-    assert summary["config"]["ray"]["address"] == cluster.address
+    assert summary["config"]["ray"]["address"] == address
     assert summary["final"]["rounds"] == 3
