@@ -39,7 +39,8 @@ def scenario_for(args: argparse.Namespace):
 
 
 def single_process_round_times(scenario) -> list[float]:
-    """The baseline: the same silo and server objects, called in turn in this process."""
+    """The baseline: the same silo and server objects, called in turn in this process (all torch threads)."""
+    threads = torch.get_num_threads()
     dataset = load_dataset(scenario.data.dataset, seed=scenario.seed)
     seeds = _seeds(scenario.seed, scenario.data.silos)
     parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
@@ -52,6 +53,7 @@ def single_process_round_times(scenario) -> list[float]:
         silos=[], test_features=dataset.x_test, test_labels=dataset.y_test,
         initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common,
     )
+    torch.set_num_threads(threads)  # the actor classes limit torch to their CPU share; the baseline may use all
     protocol = PlainSumServer()
     participants = tuple(range(len(silos)))
     times = []
@@ -87,10 +89,11 @@ def main() -> None:
     scenario = scenario_for(args)
     warmup = 2
     baseline = single_process_round_times(scenario)[warmup:]
+    baseline_threads = torch.get_num_threads()
     actors = actor_round_times(scenario)[warmup:]
     base_median, actor_median = statistics.median(baseline), statistics.median(actors)
     print(f"{args.silos} silos, {args.model} on {args.dataset}, {args.local_steps} local steps, "
-          f"{len(actors)} timed rounds (after {warmup} warm-up rounds), torch threads in baseline: {torch.get_num_threads()}")
+          f"{len(actors)} timed rounds (after {warmup} warm-up rounds), torch threads in baseline: {baseline_threads}")
     print(f"single process: median {base_median:.4f} s/round")
     print(f"Ray actors:     median {actor_median:.4f} s/round")
     print(f"ratio actors / single process: {actor_median / base_median:.3f}  (goal <= 1.15)")

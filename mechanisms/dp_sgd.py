@@ -52,8 +52,7 @@ class DpSgdSilo(SiloMechanism):
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         ctx, params = self.context, self.params
         (start,) = state
-        # A copy: for float64 models load_vector_into_model makes the parameters views of its input.
-        load_vector_into_model(ctx.model, start.copy())
+        load_vector_into_model(ctx.model, start)
         ctx.model.train()
         n = ctx.labels.shape[0]
         rate = min(1.0, ctx.training.batch_size / n)

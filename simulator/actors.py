@@ -146,7 +146,8 @@ class ServerActor:
     def run_round(self, round_index: int) -> RoundReport:
         start = time.perf_counter()
         participants = self.sample_participants()
-        broadcast = RoundBroadcast(round_index=round_index, participants=participants, state=self.state)
+        # Stored once in the object store; every participant reads the same copy.
+        broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state))
         updates: list[SiloUpdate] = ray.get([self.silos[i].train.remote(broadcast) for i in participants])
         self.inbox = {u.sender: u.payload for u in updates}
         if participants:
