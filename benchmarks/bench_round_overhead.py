@@ -46,7 +46,7 @@ def single_process_round_times(scenario) -> list[float]:
     parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
     common = dict(scenario=scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     silos = [
-        SiloActor(silo_id=i, features=dataset.x_train[idx], labels=dataset.y_train[idx], seed=seeds["silos"][i], **common)
+        SiloActor(silo_id=i, record_ids=idx, features=dataset.x_train[idx], labels=dataset.y_train[idx], seed=seeds["silos"][i], **common)
         for i, idx in enumerate(parts)
     ]
     server = ServerActor(

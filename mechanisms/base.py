@@ -37,11 +37,13 @@ class MechanismParams(BaseModel):
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """Local optimisation settings shared by every silo (the scenario's ``federation`` block)."""
+    """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau)."""
 
     local_steps: int
     batch_size: int
     lr: float
+    rounds: int
+    client_rate: float
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class SiloContext:
     """Everything a silo-side mechanism may use. All randomness comes from ``generator``."""
 
     silo_id: int
+    record_ids: np.ndarray  # indices of this silo's records in the dataset's training set
     features: torch.Tensor
     labels: torch.Tensor
     model: torch.nn.Module

@@ -47,6 +47,7 @@ class SiloActor:
         self,
         *,
         silo_id: int,
+        record_ids: np.ndarray,
         features: np.ndarray,
         labels: np.ndarray,
         scenario: Scenario,
@@ -65,10 +66,13 @@ class SiloActor:
         fed = scenario.federation
         context = SiloContext(
             silo_id=silo_id,
+            record_ids=np.asarray(record_ids),
             features=torch.tensor(features, device=self.device),
             labels=torch.tensor(labels, device=self.device),
             model=model,
-            training=LocalTraining(local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr),
+            training=LocalTraining(
+                local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate
+            ),
             generator=torch.Generator().manual_seed(seed),
             device=self.device,
         )

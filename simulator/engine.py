@@ -162,6 +162,7 @@ class Federation:
             self.silos.append(
                 silo_class.remote(
                     silo_id=i,
+                    record_ids=idx,
                     features=self.dataset.x_train[idx],
                     labels=self.dataset.y_train[idx],
                     scenario=scenario,

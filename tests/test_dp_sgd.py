@@ -20,6 +20,7 @@ def _context(
 ) -> SiloContext:
     return SiloContext(
         silo_id=0,
+        record_ids=np.arange(labels.shape[0]),
         features=features,
         labels=labels,
         model=model,
@@ -61,7 +62,7 @@ def test_defaults_and_validation_errors_name_the_field() -> None:
 
 def test_without_noise_clipping_or_sampling_it_is_full_batch_gradient_descent() -> None:
     features, labels = _data(records=40, dim=5, classes=3, seed=1)
-    training = LocalTraining(local_steps=4, batch_size=100, lr=0.3)  # batch_size >= n so q = 1
+    training = LocalTraining(local_steps=4, batch_size=100, lr=0.3, rounds=1, client_rate=1.0)  # batch_size >= n so q = 1
     model = _mlp()
     start = model_to_vector(model)
     mechanism = DpSgd(DpSgd.Params(noise_multiplier=0.0, max_grad_norm=1e12))
@@ -89,7 +90,7 @@ def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> No
     After T steps each coordinate is N(0, T (lr sigma C / (q n))^2); chi-square test at FALSE_FAILURE_RATE.
     """
     records, sigma, clip = 200, 1.3, 0.7
-    training = LocalTraining(local_steps=5, batch_size=1, lr=0.5)  # q = 1/200: most steps sample nobody
+    training = LocalTraining(local_steps=5, batch_size=1, lr=0.5, rounds=1, client_rate=1.0)  # q = 1/200: most steps sample nobody
     model = torch.nn.Linear(40, 30, bias=False).double()
     start = model_to_vector(model)
     context = _context(
@@ -112,7 +113,7 @@ def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> No
 
 def test_same_seed_gives_identical_update_and_other_seed_differs() -> None:
     features, labels = _data(records=60, dim=5, classes=3, seed=4)
-    training = LocalTraining(local_steps=3, batch_size=16, lr=0.1)
+    training = LocalTraining(local_steps=3, batch_size=16, lr=0.1, rounds=1, client_rate=1.0)
     mechanism = DpSgd(DpSgd.Params(noise_multiplier=0.8, max_grad_norm=0.5))
     start = model_to_vector(_mlp())
     untouched = start.copy()
@@ -130,7 +131,7 @@ def test_same_seed_gives_identical_update_and_other_seed_differs() -> None:
 
 def test_reports_one_poisson_gaussian_event_and_uses_fedavg_server() -> None:
     features, labels = _data(records=50, dim=5, classes=3, seed=7)
-    training = LocalTraining(local_steps=2, batch_size=10, lr=0.1)
+    training = LocalTraining(local_steps=2, batch_size=10, lr=0.1, rounds=1, client_rate=1.0)
     mechanism = DpSgd(DpSgd.Params(noise_multiplier=1.1))
     context = _context(model=_mlp(), features=features, labels=labels, training=training, seed=8)
     contribution = mechanism.silo(context).contribute((model_to_vector(_mlp()),), round_index=0)
