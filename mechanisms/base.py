@@ -85,6 +85,10 @@ class ServerMechanism(ABC):
         """Return the next global state given the sum of this round's contribution vectors."""
 
 
+class PrivacyBudgetError(ValueError):
+    """A mechanism refuses to start because the scenario's privacy budgets cannot be met as asked."""
+
+
 class PrivacyAccountant(ABC):
     """Turns the privacy events silos report into the run's privacy guarantee."""
 

@@ -11,7 +11,6 @@ of the noisy steps and the contribution weight ``n`` is treated as public, as in
 """
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 
 from mechanisms.accounting import RdpAccountant
@@ -29,7 +28,7 @@ from mechanisms.base import (
 )
 from mechanisms.events import PoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
-from mechanisms.per_sample import clip_and_sum, gaussian_noise_like, per_sample_gradients, poisson_sample
+from mechanisms.per_sample import noisy_sgd_step
 
 
 class DpSgdParams(MechanismParams):
@@ -56,16 +55,17 @@ class DpSgdSilo(SiloMechanism):
         ctx.model.train()
         n = ctx.labels.shape[0]
         rate = min(1.0, ctx.training.batch_size / n)
-        expected_batch = rate * n
-        noise_std = params.noise_multiplier * params.max_grad_norm
         for _ in range(ctx.training.local_steps):
-            idx = poisson_sample(num_records=n, rates=rate, generator=ctx.generator).to(ctx.features.device)
-            grads = per_sample_gradients(ctx.model, features=ctx.features[idx], labels=ctx.labels[idx])
-            clipped = clip_and_sum(grads, max_grad_norm=params.max_grad_norm)
-            noise = gaussian_noise_like(clipped, std=noise_std, generator=ctx.generator)
-            with torch.no_grad():
-                for p, g, z in zip(ctx.model.parameters(), clipped, noise):
-                    p.add_(g + z, alpha=-ctx.training.lr / expected_batch)
+            noisy_sgd_step(
+                ctx.model,
+                features=ctx.features,
+                labels=ctx.labels,
+                rates=rate,
+                max_grad_norm=params.max_grad_norm,
+                noise_multiplier=params.noise_multiplier,
+                lr=ctx.training.lr,
+                generator=ctx.generator,
+            )
         delta = model_to_vector(ctx.model) - start
         event = PoissonGaussianEvent(
             sampling_rate=rate, noise_multiplier=params.noise_multiplier, steps=ctx.training.local_steps

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class PoissonGaussianEvent:
@@ -22,4 +24,24 @@ class PoissonGaussianEvent:
     steps: int
 
 
-PrivacyEvent = PoissonGaussianEvent
+
+@dataclass(frozen=True, eq=False)
+class PersonalizedPoissonGaussianEvent:
+    """One round of rPDP-FL local training in one silo (Liu et al., CCS 2024, Algorithm 1).
+
+    ``steps`` compositions of the sampled Gaussian mechanism in which record ``j`` is included with its own
+    probability ``rates[j]`` (0 = excluded this round). ``planned_rates`` and ``budgets`` are the records' rates
+    and budgets fixed before training; ``rounds`` (T) and ``client_rate`` (lambda) the training plan, so an
+    accountant can state both the realised cost and the third-party guarantee of Theorem 1.
+    """
+
+    noise_multiplier: float
+    steps: int
+    rates: np.ndarray
+    planned_rates: np.ndarray
+    budgets: np.ndarray
+    rounds: int
+    client_rate: float
+
+
+PrivacyEvent = PoissonGaussianEvent | PersonalizedPoissonGaussianEvent

@@ -4,8 +4,9 @@ from __future__ import annotations
 from mechanisms.base import Mechanism
 from mechanisms.dp_sgd import DpSgd
 from mechanisms.none import NoPrivacy
+from mechanisms.rpdp.mechanism import Rpdp
 
-MECHANISMS: dict[str, type[Mechanism]] = {cls.name: cls for cls in (NoPrivacy, DpSgd)}
+MECHANISMS: dict[str, type[Mechanism]] = {cls.name: cls for cls in (NoPrivacy, DpSgd, Rpdp)}
 
 
 def mechanism_class(name: str) -> type[Mechanism]:

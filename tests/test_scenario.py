@@ -111,7 +111,7 @@ def test_missing_heart_disease_files_are_a_user_error(tmp_path, capsys, monkeypa
 
 
 def test_every_shipped_scenario_is_valid():
-    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+    for path in sorted((REPO / "scenarios").rglob("*.yaml")):
         validate_scenario(yaml.safe_load(path.read_text()))
 
 

@@ -1,0 +1,198 @@
+"""``rpdp``: record-level personalised DP-SGD in every silo, FedAvg at the server (rPDP-FL, Liu et al., CCS 2024).
+
+Neighbouring relation: add/remove one record ``d_ij``; record ``j`` of silo ``i`` has its own budget
+``eps_ij``. Two-stage sampling (Algorithm 1): the server samples silos with rate lambda (``client_rate``), and
+each local step of a sampled silo includes record ``j`` with its own probability ``q_ij``, clips per-record
+gradients to ``C``, adds ``N(0, sigma^2 C^2)`` and divides by the expected batch size ``sum_j q_ij``.
+``q_ij`` comes from :class:`~mechanisms.rpdp.estimator.SamplingProbabilityEstimator` (default ``exact``: the
+largest rate whose Theorem 1 epsilon stays within the budget). A per-record budget accountant
+(:mod:`mechanisms.rpdp.budget_accountant`) enforces the realised cost round by round.
+
+Variants (Sec. 7.2 baselines, same budgets): ``rpdp``; ``minimum`` (one rate for all, set by the silo's
+smallest budget); ``dropout`` (one rate set by the silo's mean budget; records below the mean never take part);
+``privacy_free`` (plain FedAvg, no protection). Budgets are drawn per silo from the silo's generator, or read
+from a column of the user's CSV (row ``r`` = training record ``r`` of the dataset).
+"""
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from mechanisms.base import (
+    GlobalState,
+    Mechanism,
+    MechanismParams,
+    NoGuarantee,
+    PrivacyAccountant,
+    PrivacyBudgetError,
+    ServerMechanism,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+    load_vector_into_model,
+    model_to_vector,
+)
+from mechanisms.events import PersonalizedPoissonGaussianEvent
+from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
+from mechanisms.none import FedAvgSilo
+from mechanisms.per_sample import noisy_sgd_step
+from mechanisms.rpdp.accountant import epsilon
+from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
+from mechanisms.rpdp.budgets import budgets_from_column, make_distribution
+from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
+from mechanisms.rpdp.report import PersonalizedAccountant
+
+
+class Variant(str, enum.Enum):
+    RPDP = "rpdp"
+    MINIMUM = "minimum"
+    DROPOUT = "dropout"
+    PRIVACY_FREE = "privacy_free"
+
+
+class RpdpParams(MechanismParams):
+    """YAML parameters of ``rpdp``."""
+
+    variant: Variant = Variant.RPDP
+    noise_multiplier: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    delta: float = Field(default=1e-3, gt=0.0, lt=1.0)
+    budgets: dict[str, Any] = Field(default_factory=lambda: {"distribution": "three_levels"})
+    estimator: Literal["exact", "scf", "bisect"] = "exact"
+    adversary: Literal["third_party", "server"] = "third_party"
+    conversion: Literal["opacus", "seed"] = "opacus"
+    infeasible: Literal["exclude", "refuse"] = "exclude"
+
+    @field_validator("budgets")
+    @classmethod
+    def _check_budgets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        spec = dict(value)
+        name = spec.pop("distribution", None)
+        if name == "column":
+            path = spec.get("path")
+            if not isinstance(path, str) or not Path(path).expanduser().is_file():
+                raise ValueError(f"budgets.path: {path!r} must be an existing CSV file")
+            if not isinstance(spec.get("column"), str) or set(spec) != {"path", "column"}:
+                raise ValueError("budgets of distribution 'column' take exactly the keys path and column")
+            return value
+        try:
+            make_distribution(str(name), **spec)
+        except TypeError as exc:  # an unknown parameter of the distribution
+            raise ValueError(str(exc)) from None
+        return value
+
+    def record_budgets(self, record_ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        spec = dict(self.budgets)
+        name = spec.pop("distribution")
+        if name == "column":
+            table = np.genfromtxt(Path(spec["path"]).expanduser(), delimiter=",", names=True)
+            return budgets_from_column(np.atleast_1d(table[spec["column"]])[record_ids])
+        return make_distribution(name, **spec).sample(len(record_ids), rng=rng)
+
+
+def _planned_rates(variant: Variant, budgets: np.ndarray, estimator: SamplingProbabilityEstimator) -> np.ndarray:
+    """Per-record sampling rates before training (Sec. 7.2 for the baselines)."""
+    if variant is Variant.RPDP:
+        return estimator.sampling_probability(budgets)
+    if variant is Variant.MINIMUM:
+        return np.full(budgets.shape, float(estimator.sampling_probability(budgets.min())))
+    mean = budgets.mean()
+    return np.where(budgets >= mean, float(estimator.sampling_probability(mean)), 0.0)
+
+
+class RpdpSilo(SiloMechanism):
+    """Local DP-SGD with per-record Poisson rates and per-record budget enforcement."""
+
+    def __init__(self, context: SiloContext, params: RpdpParams) -> None:
+        self.context, self.params = context, params
+        training = context.training
+        seed = int(torch.randint(0, 2**62, (1,), generator=context.generator))
+        self.budgets = params.record_budgets(context.record_ids, np.random.default_rng(seed))
+        settings = dict(
+            noise_multiplier=params.noise_multiplier,
+            rounds=training.rounds,
+            local_steps=training.local_steps,
+            client_rate=training.client_rate,
+            delta=params.delta,
+            conversion=params.conversion,
+        )
+        estimator = SamplingProbabilityEstimator(**settings, adversary=params.adversary, method=params.estimator)
+        self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
+        self._refuse_if_unsafe(estimator)
+        self.accountant = RecordBudgetAccountant(
+            budgets=self.budgets,
+            rates=self.planned_rates,
+            epsilon_of=lambda q, k: epsilon(q, **settings, adversary="server", participations=k),
+        )
+
+    def _refuse_if_unsafe(self, estimator: SamplingProbabilityEstimator) -> None:
+        """Check every record before training starts (rPDP ``exact``/``bisect`` must never exceed a budget)."""
+        silo = self.context.silo_id
+        infeasible = self.budgets < estimator.epsilon_floor
+        if infeasible.any() and self.params.infeasible == "refuse":
+            shown = ", ".join(f"{b:.4g}" for b in np.unique(self.budgets[infeasible])[:5])
+            raise PrivacyBudgetError(
+                f"mechanism.infeasible: silo {silo} has {int(infeasible.sum())} records whose budgets ({shown}) lie below "
+                f"epsilon(q_min) = {estimator.epsilon_floor:.4g}; set infeasible: exclude to train without them"
+            )
+        over = estimator.epsilon(self.planned_rates) > self.budgets
+        if over.any() and self.params.estimator != "scf":
+            raise PrivacyBudgetError(
+                f"mechanism.estimator: {int(over.sum())} records of silo {silo} would exceed their budgets; refusing to start"
+            )
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        ctx, params = self.context, self.params
+        (start,) = state
+        load_vector_into_model(ctx.model, start)
+        ctx.model.train()
+        rates = self.accountant.rates_for_next_round()
+        rate_tensor = torch.as_tensor(rates, dtype=torch.float64)
+        for _ in range(ctx.training.local_steps):
+            noisy_sgd_step(
+                ctx.model,
+                features=ctx.features,
+                labels=ctx.labels,
+                rates=rate_tensor,
+                max_grad_norm=params.max_grad_norm,
+                noise_multiplier=params.noise_multiplier,
+                lr=ctx.training.lr,
+                generator=ctx.generator,
+            )
+        self.accountant.commit(rates)
+        event = PersonalizedPoissonGaussianEvent(
+            noise_multiplier=params.noise_multiplier,
+            steps=ctx.training.local_steps,
+            rates=rates,
+            planned_rates=self.planned_rates,
+            budgets=self.budgets,
+            rounds=ctx.training.rounds,
+            client_rate=ctx.training.client_rate,
+        )
+        delta = model_to_vector(ctx.model) - start
+        return SiloContribution(vector=weighted_delta_vector(delta, float((rates > 0).sum())), events=(event,))
+
+
+class Rpdp(Mechanism):
+    """rPDP-FL and its baselines (see the module docstring)."""
+
+    name = "rpdp"
+    Params = RpdpParams
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        if self.params.variant is Variant.PRIVACY_FREE:
+            return FedAvgSilo(context)
+        return RpdpSilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        return FedAvgServer()
+
+    def accountant(self) -> PrivacyAccountant:
+        if self.params.variant is Variant.PRIVACY_FREE:
+            return NoGuarantee()
+        return PersonalizedAccountant(delta=self.params.delta, conversion=self.params.conversion)

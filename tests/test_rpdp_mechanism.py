@@ -1,0 +1,128 @@
+"""The rpdp mechanism: per-record rates in local DP-SGD, budget enforcement, baselines, scenario errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
+from mechanisms.per_sample import noisy_sgd_step
+from mechanisms.rpdp import epsilon
+from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
+from mechanisms.rpdp.mechanism import Rpdp, RpdpParams
+from simulator.cli import main
+from simulator.engine import run
+from simulator.errors import ScenarioError
+from simulator.scenario import validate_scenario
+from tests.conftest import REPO, small_scenario
+
+SETTINGS = dict(noise_multiplier=1.0, rounds=6, local_steps=5, client_rate=0.5, delta=1e-3)
+
+
+def _context(n: int = 300, *, rounds: int = 6, client_rate: float = 0.5) -> SiloContext:
+    generator = torch.Generator().manual_seed(0)
+    return SiloContext(
+        silo_id=0,
+        record_ids=np.arange(n),
+        features=torch.randn(n, 4, generator=generator, dtype=torch.float64),
+        labels=torch.randint(2, (n,), generator=generator),
+        model=torch.nn.Linear(4, 2).double(),
+        training=LocalTraining(local_steps=5, batch_size=32, lr=0.1, rounds=rounds, client_rate=client_rate),
+        generator=generator,
+        device=torch.device("cpu"),
+    )
+
+
+def test_budget_invariant_holds_under_any_participation():
+    """Seeded random participation; the realised cost never exceeds any record's budget, and records stop."""
+    rng = np.random.default_rng(7)
+    budgets = rng.uniform(0.2, 3.0, size=400)
+    rates = rng.uniform(0.0, 0.3, size=400)
+    accountant = RecordBudgetAccountant(
+        budgets=budgets, rates=rates,
+        epsilon_of=lambda q, k: epsilon(q, **SETTINGS, adversary="server", participations=k),
+    )
+    for _ in range(12):  # twice as many rounds as planned: budgets must run out, never overflow
+        used = accountant.rates_for_next_round()
+        if rng.random() < 0.8:
+            accountant.commit(used)
+        assert np.all(accountant.spent() <= budgets)
+    assert accountant.excluded_early.sum() > 0
+    assert np.all(accountant.spent() >= 0)
+
+
+def test_per_record_rates_normalise_by_expected_batch_size():
+    """Zero features and no bias: every gradient is 0, so the update is noise of std lr*sigma*C/sum(q)."""
+    n, steps = 500, 400
+    rates = torch.linspace(0.01, 0.2, n, dtype=torch.float64)
+    model = torch.nn.Linear(3, 2, bias=False).double()
+    torch.nn.init.zeros_(model.weight)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        noisy_sgd_step(model, features=torch.zeros(n, 3, dtype=torch.float64), labels=torch.zeros(n, dtype=torch.long),
+                       rates=rates, max_grad_norm=2.0, noise_multiplier=1.5, lr=0.1, generator=generator)
+    expected_std = np.sqrt(steps) * 0.1 * 1.5 * 2.0 / float(rates.sum())
+    observed = model.weight.detach().numpy().ravel() / expected_std
+    # Six standard normal draws: |z| < 5.5 fails with probability < 3e-7 (stated false-failure rate).
+    assert np.all(np.abs(observed) < 5.5)
+    assert 0.1 < observed.std() < 3.0
+
+
+@pytest.mark.parametrize("variant", ["rpdp", "minimum", "dropout"])
+def test_variants_plan_rates_within_budgets(variant):
+    params = RpdpParams(variant=variant, budgets={"distribution": "three_levels"}, delta=1e-3)
+    silo = Rpdp(params).silo(_context())
+    planned, budgets = silo.planned_rates, silo.budgets
+    cost = epsilon(planned, **{**SETTINGS, "rounds": 6})
+    assert np.all(cost <= budgets)
+    if variant == "minimum":
+        assert np.unique(planned).size == 1
+    if variant == "dropout":
+        assert np.all(planned[budgets < budgets.mean()] == 0) and np.unique(planned[budgets >= budgets.mean()]).size == 1
+    if variant == "rpdp":  # larger budgets get larger rates
+        order = np.argsort(budgets)
+        assert np.all(np.diff(planned[order]) >= 0) and planned.max() > planned.min()
+
+
+def test_refuses_infeasible_budgets_when_asked():
+    params = RpdpParams(budgets={"distribution": "three_levels", "levels": [0.001, 1.0, 5.0]}, infeasible="refuse")
+    with pytest.raises(PrivacyBudgetError, match="infeasible"):
+        Rpdp(params).silo(_context())
+
+
+def test_rpdp_run_on_heart_disease_respects_every_budget(ray_local, heart_disease_dir):
+    result = run(
+        REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml",
+        overrides=[f"data.path={heart_disease_dir}", "federation.rounds=3", "federation.local_steps=5"],
+    )
+    privacy = result.privacy
+    assert privacy["records"] == 486
+    assert privacy["max_spent_over_budget"] <= 1.0
+    levels = [row["budget"] for row in privacy["by_budget"]]
+    assert levels == [0.1, 1.0, 5.0]
+    q_means = [row["q_mean"] for row in privacy["by_budget"]]
+    assert q_means == sorted(q_means)
+
+
+@pytest.mark.parametrize(
+    ("budgets", "needle"),
+    [
+        ({"distribution": "bounded_pareto", "eps_min": 5.0, "eps_max": 1.0}, "eps_max"),
+        ({"distribution": "three_levels", "levels": [0.1, -1.0, 5.0]}, "levels"),
+        ({"distribution": "gamma"}, "gamma"),
+        ({"distribution": "column", "path": "/no/such.csv", "column": "eps"}, "path"),
+    ],
+)
+def test_bad_budgets_name_the_field(budgets, needle):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(mechanism={"name": "rpdp", "budgets": budgets}))
+    assert info.value.field == "mechanism.budgets" and needle in str(info.value)
+
+
+def test_cli_reports_refusal_in_one_line(ray_local, tmp_path, capsys):
+    code = main(["run", str(REPO / "scenarios" / "quickstart.yaml"), "--out", str(tmp_path / "o"), "--no-progress",
+                 "--set", "mechanism={name: rpdp, infeasible: refuse, budgets: {distribution: three_levels, levels: [0.001, 1.0, 5.0]}}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "mechanism.infeasible" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
