@@ -13,7 +13,7 @@ import numpy as np
 import ray
 import torch
 
-from mechanisms.base import LocalTraining, SiloContext, load_vector_into_model
+from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext, load_vector_into_model
 from mechanisms.registry import mechanism_class
 from protocols.base import ServerProtocol, SiloProtocol
 from protocols.fixed_point import FixedPointCodec
@@ -77,10 +77,16 @@ class SiloActor:
             device=self.device,
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
-        self.mechanism = mechanism.silo(context)
+        self.refusal: PrivacyBudgetError | None = None
+        try:
+            self.mechanism = mechanism.silo(context)
+        except PrivacyBudgetError as exc:  # reported by info(), so the driver can say it in one line
+            self.refusal = exc
         self.protocol = _silo_protocol(scenario.protocol, silo_id)
 
     def info(self) -> SiloInfo:
+        if self.refusal is not None:
+            raise self.refusal
         context = ray.get_runtime_context()
         return SiloInfo(
             silo_id=self.silo_id,

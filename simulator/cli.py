@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, validate, list, data fetch.
+"""The ``privsilo`` command line: run, sweep, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory.
@@ -27,6 +27,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+    sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
+    sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
+    sweep.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<grid name>)")
+    sweep.add_argument("--seeds", type=int, default=None, metavar="N", help="run seeds 0..N-1 instead of the grid's seeds")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a key of the base scenario (repeatable)")
+    sweep.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
+    sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
     validate = commands.add_parser("validate", help="check a scenario (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
@@ -52,6 +60,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     privacy = "no DP guarantee" if eps is None else f"epsilon = {eps:.4g} at delta = {result.privacy['delta']:g}"
     print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
     print(f"results written to {out}")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator.sweep import sweep
+
+    result = sweep(args.grid, out_dir=args.out, seeds=args.seeds, overrides=args.overrides, address=args.address, progress=not args.no_progress)
+    print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds)")
+    print((result.out_dir / "table.md").read_text(), end="")
+    print(f"results written to {result.out_dir}")
     return 0
 
 
@@ -91,7 +109,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import ray
 import torch
 from tqdm.auto import tqdm
 
-from mechanisms.base import model_to_vector
+from mechanisms.base import PrivacyBudgetError, model_to_vector
 from mechanisms.registry import mechanism_class
 from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ray_session
@@ -104,15 +104,18 @@ def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.
 
 def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
     data = scenario.data
-    parts = partition_indices(
-        dataset.y_train,
-        scheme=data.partition,
-        num_silos=data.silos,
-        rng=rng,
-        alpha=data.alpha,
-        shards_per_silo=data.shards_per_silo,
-        natural=dataset.natural_partition,
-    )
+    try:
+        parts = partition_indices(
+            dataset.y_train,
+            scheme=data.partition,
+            num_silos=data.silos,
+            rng=rng,
+            alpha=data.alpha,
+            shards_per_silo=data.shards_per_silo,
+            natural=dataset.natural_partition,
+        )
+    except ValueError as exc:
+        raise ScenarioError("data.silos", data.silos, f"does not fit '{data.dataset}' with partition '{data.partition}' ({exc})") from None
     empty = [i for i, part in enumerate(parts) if len(part) == 0]
     if empty:
         raise ScenarioError("data.silos", data.silos, f"too many silos for {len(dataset.y_train)} records: silo(s) {empty} got none")
@@ -154,6 +157,7 @@ class Federation:
                 address=scenario.ray.address,
                 cpus_needed=res.server.num_cpus + res.silo.num_cpus * len(parts),
                 gpus_needed=res.server.num_gpus + res.silo.num_gpus * len(parts),
+                actors=len(parts) + 1,
             )
         )
         silo_class = ray.remote(SiloActor).options(num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
@@ -242,7 +246,12 @@ def _wait_for_actors(refs: list[Any]) -> list[SiloInfo]:
             f"resources: only {len(ready)} of {len(refs)} silo actors could be scheduled within "
             f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
         )
-    return ray.get(refs)
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, PrivacyBudgetError):
+            raise PrivsiloError(str(exc.cause)) from None
+        raise
 
 
 def _warn_gpu_fallback(placement: tuple[SiloInfo, ...]) -> None:

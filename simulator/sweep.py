@@ -1,0 +1,258 @@
+"""Grid sweeps: run the cartesian product of a grid file's axes x seeds and tabulate the results.
+
+A grid file names a base scenario (a path relative to the grid file), the seeds and the axes::
+
+    name: heart_disease_rpdp
+    base: heart_disease_three_levels.yaml
+    seeds: [0, 1, 2]
+    axes:
+      mechanism.budgets: {ThreeLevels: {distribution: three_levels}, BoundedPareto: {distribution: bounded_pareto}}
+      mechanism.variant: {rPDP: rpdp, Dropout: dropout}
+
+Each axis maps a dotted scenario key to ``{label: value}``; the value replaces the key in the base scenario
+(after the ``--set`` overrides). Every combination is validated before the first run, all runs share one Ray
+session, and the output directory (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP
+grids, ``epsilon_curve.png`` and ``budget_vs_spent.png``) is written atomically.
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from mechanisms.registry import mechanism_class
+from simulator.cluster import ray_session
+from simulator.errors import ScenarioError
+from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+
+GRID_KEYS = ("name", "base", "seeds", "axes")
+RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
+TABLE_COLUMNS = ("accuracy_mean", "accuracy_std", "seeds", "epsilon_mean")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A validated grid file: base scenario (raw, overrides applied), seeds and ``{axis key: {label: value}}``."""
+
+    name: str
+    base: dict[str, Any]
+    seeds: tuple[int, ...]
+    axes: dict[str, dict[str, Any]]
+
+    def combinations(self) -> Iterator[dict[str, str]]:
+        """Every ``{axis key: label}`` of the cartesian product, in the grid file's order."""
+        for labels in itertools.product(*(list(values) for values in self.axes.values())):
+            yield dict(zip(self.axes, labels))
+
+    def scenario(self, labels: Mapping[str, str], seed: int) -> Scenario:
+        """The validated scenario of one combination and seed."""
+        assignments = [f"{key}={json.dumps(self.axes[key][label])}" for key, label in labels.items()]
+        raw = apply_overrides(self.base, assignments)
+        raw.update(seed=seed, name=f"{self.name}-{'-'.join(labels.values())}-s{seed}")
+        try:
+            return validate_scenario(raw)
+        except ScenarioError as exc:
+            shown = ", ".join(f"{key}={label}" for key, label in labels.items())
+            raise ScenarioError(exc.field, exc.value, f"{exc.allowed} (grid combination {shown})") from None
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of the sweep: its axis labels, seed and headline results."""
+
+    labels: dict[str, str]
+    seed: int
+    accuracy: float
+    loss: float
+    epsilon: float | None
+    max_spent_over_budget: float | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """All runs of a sweep and the per-combination table (rows of axis labels + ``TABLE_COLUMNS``)."""
+
+    grid: Grid
+    runs: tuple[SweepRun, ...]
+    table: tuple[dict[str, Any], ...]
+    out_dir: Path
+
+
+def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, overrides: Sequence[str] = ()) -> Grid:
+    """Read and check a grid file; ``seeds`` (a count N -> 0..N-1, or a list) replaces the file's seeds."""
+    path = Path(path)
+    raw = load_scenario_file(path)
+    unknown = sorted(set(raw) - set(GRID_KEYS))
+    if unknown:
+        raise ScenarioError(f"grid.{unknown[0]}", raw[unknown[0]], f"unknown key; allowed keys here: {', '.join(GRID_KEYS)}")
+    base = raw.get("base")
+    if not isinstance(base, str) or not (path.parent / base).is_file():
+        raise ScenarioError("grid.base", base, f"must name an existing scenario file relative to {path.parent}")
+    axes = raw.get("axes")
+    if not isinstance(axes, dict) or not axes:
+        raise ScenarioError("grid.axes", axes, "must map at least one dotted scenario key to {label: value}")
+    for key, values in axes.items():
+        if not isinstance(values, dict) or not values:
+            raise ScenarioError(f"grid.axes.{key}", values, "must be a non-empty mapping {label: value}")
+    chosen = _seeds(raw.get("seeds", [0]) if seeds is None else seeds)
+    base_raw = apply_overrides(load_scenario_file(path.parent / base), list(overrides))
+    grid = Grid(name=str(raw.get("name", path.stem)), base=base_raw, seeds=chosen, axes={str(k): dict(v) for k, v in axes.items()})
+    _check_axis_keys(grid)
+    return grid
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ScenarioError("grid.seeds", value, "a seed count must be >= 1")
+        return tuple(range(value))
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, int) and s >= 0 for s in value):
+        raise ScenarioError("grid.seeds", value, "must be a non-empty list of integers >= 0 (or a count)")
+    return tuple(value)
+
+
+def _check_axis_keys(grid: Grid) -> None:
+    """An axis must change an existing block's key; validation catches unknown leaf keys."""
+    blocks = set(Scenario.model_fields)
+    for key in grid.axes:
+        head = key.split(".")[0]
+        if head not in blocks or head in ("name", "seed"):
+            allowed = ", ".join(sorted(blocks - {"name", "seed"}))
+            raise ScenarioError(f"grid.axes.{key}", key, f"axis keys are dotted paths into the blocks {allowed}")
+
+
+def sweep(
+    grid_path: str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    seeds: int | Sequence[int] | None = None,
+    overrides: Sequence[str] | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> SweepResult:
+    """Run every combination x seed of a grid file and write the tables and plots to ``out_dir``."""
+    from simulator.engine import run
+
+    grid = load_grid(grid_path, seeds=seeds, overrides=overrides or ())
+    jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
+    out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
+    runs, results = [], []
+    cpus, gpus, actors = zip(*(_resources_needed(scenario) for _, _, scenario in jobs))
+    session = ray_session(address=address or jobs[0][2].ray.address, cpus_needed=max(cpus), gpus_needed=max(gpus), actors=max(actors))
+    with session:
+        for labels, seed, scenario in tqdm(jobs, desc=grid.name, unit="run", disable=not progress):
+            result = run(scenario, address=address)
+            results.append(result)
+            runs.append(_sweep_run(labels, seed, result))
+    table = tuple(summarise(runs, axes=list(grid.axes)))
+    swept = SweepResult(grid=grid, runs=tuple(runs), table=table, out_dir=out)
+    write_sweep_outputs(swept, results=results)
+    return swept
+
+
+def write_sweep_outputs(swept: SweepResult, *, results: Sequence[Any]) -> None:
+    """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
+
+    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings) and ``budget_vs_spent.png`` (the
+    first run with variant rpdp, its accountant rebuilt from the round reports' events).
+    """
+    from simulator.reports import atomic_directory
+    from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_comparison, plot_epsilon_curve
+
+    grid, axes = swept.grid, list(swept.grid.axes)
+    with atomic_directory(swept.out_dir) as staging:
+        write_runs_csv(swept.runs, axes=axes, path=staging / "runs.csv")
+        write_table(swept.table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
+        plot_comparison(swept.table, axes=axes, num_seeds=len(grid.seeds), title=grid.name, path=staging / "comparison.png")
+        base = validate_scenario(grid.base)
+        if base.mechanism.name == "rpdp":
+            plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
+        first = next((r for r in results if r.scenario.mechanism.name == "rpdp" and r.scenario.mechanism.params.variant == "rpdp"), None)
+        if first is not None:
+            plot_budget_vs_spent(rebuild_accountant(first).per_record(), staging / "budget_vs_spent.png")
+
+
+def _resources_needed(scenario: Scenario) -> tuple[float, float, int]:
+    """CPUs, GPUs and actor processes one run of ``scenario`` needs at once (a server and one actor per silo)."""
+    res, silos = scenario.resources, scenario.data.silos
+    return res.server.num_cpus + res.silo.num_cpus * silos, res.server.num_gpus + res.silo.num_gpus * silos, silos + 1
+
+
+def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
+    privacy = result.privacy
+    return SweepRun(
+        labels=labels,
+        seed=seed,
+        accuracy=float(result.final["accuracy"]),
+        loss=float(result.final["loss"]),
+        epsilon=privacy.get("epsilon"),
+        max_spent_over_budget=privacy.get("max_spent_over_budget"),
+        seconds=float(result.timing["total_seconds"]),
+    )
+
+
+def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Per axis combination (in first-seen order): mean and std (ddof 0) of accuracy, seed count, mean epsilon."""
+    groups: dict[tuple[str, ...], list[SweepRun]] = {}
+    for item in runs:
+        groups.setdefault(tuple(item.labels[a] for a in axes), []).append(item)
+    for labels, members in groups.items():
+        accuracy = np.array([m.accuracy for m in members])
+        epsilons = [m.epsilon for m in members if m.epsilon is not None]
+        yield {
+            **dict(zip(axes, labels)),
+            "accuracy_mean": float(accuracy.mean()),
+            "accuracy_std": float(accuracy.std()),
+            "seeds": len(members),
+            "epsilon_mean": float(np.mean(epsilons)) if epsilons else None,
+        }
+
+
+def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
+    """``runs.csv``: one row per run (axis labels, then ``RUN_COLUMNS``; empty cells for no DP guarantee)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*axes, *RUN_COLUMNS])
+        for item in runs:
+            values = [getattr(item, column) for column in RUN_COLUMNS]
+            writer.writerow([*(item.labels[a] for a in axes), *("" if v is None else repr(v) for v in values)])
+
+
+def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_path: Path, md_path: Path) -> None:
+    """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals)."""
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*axes, *TABLE_COLUMNS])
+        for row in table:
+            writer.writerow(["" if row[c] is None else row[c] for c in (*axes, *TABLE_COLUMNS)])
+    lines = [
+        "| " + " | ".join([*axes, "accuracy (mean ± std)", "seeds", "epsilon (mean)"]) + " |",
+        "|" + "---|" * (len(axes) + 3),
+    ]
+    for row in table:
+        eps = "-" if row["epsilon_mean"] is None or not math.isfinite(row["epsilon_mean"]) else f"{row['epsilon_mean']:.3g}"
+        accuracy = f"{row['accuracy_mean']:.4f} ± {row['accuracy_std']:.4f}"
+        lines.append("| " + " | ".join([*(row[a] for a in axes), accuracy, str(row["seeds"]), eps]) + " |")
+    md_path.write_text("\n".join(lines) + "\n")
+
+
+def rebuild_accountant(result: Any) -> Any:
+    """The run's privacy accountant, re-fed with the privacy events every round report carries."""
+    scenario = result.scenario
+    accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    for record in result.rounds:
+        for silo_id, events in sorted(record.report.events.items()):
+            for event in events:
+                accountant.record(silo_id, event)
+    return accountant
+
+
+__all__ = ["Grid", "SweepResult", "SweepRun", "load_grid", "rebuild_accountant", "summarise", "sweep"]
