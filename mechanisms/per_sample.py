@@ -71,8 +71,10 @@ def clip_and_sum(per_sample_grads: list[torch.Tensor], *, max_grad_norm: float) 
 
 def gaussian_noise_like(tensors: list[torch.Tensor], *, std: float, generator: torch.Generator) -> list[torch.Tensor]:
     """Independent ``N(0, std^2)`` noise with the shape, dtype and device of each tensor, drawn from ``generator``."""
+    # Drawn on the generator's device (the silo's CPU generator) and moved, so CUDA silos stay reproducible.
     return [
-        torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device).mul_(std) for t in tensors
+        torch.randn(t.shape, generator=generator, dtype=t.dtype, device=generator.device).mul_(std).to(t.device)
+        for t in tensors
     ]
 
 
