@@ -11,6 +11,7 @@ of the noisy steps and the contribution weight ``n`` is treated as public, as in
 """
 from __future__ import annotations
 
+import torch
 from pydantic import Field
 
 from mechanisms.accounting import RdpAccountant
@@ -39,6 +40,23 @@ class DpSgdParams(MechanismParams):
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
 
 
+def noisy_local_training(
+    context: SiloContext, *, rates: float | torch.Tensor, noise_multiplier: float, max_grad_norm: float
+) -> None:
+    """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record)."""
+    for _ in range(context.training.local_steps):
+        noisy_sgd_step(
+            context.model,
+            features=context.features,
+            labels=context.labels,
+            rates=rates,
+            max_grad_norm=max_grad_norm,
+            noise_multiplier=noise_multiplier,
+            lr=context.training.lr,
+            generator=context.generator,
+        )
+
+
 class DpSgdSilo(SiloMechanism):
     """Local DP-SGD steps; sampling and noise both drawn from ``context.generator``."""
 
@@ -55,17 +73,7 @@ class DpSgdSilo(SiloMechanism):
         ctx.model.train()
         n = ctx.labels.shape[0]
         rate = min(1.0, ctx.training.batch_size / n)
-        for _ in range(ctx.training.local_steps):
-            noisy_sgd_step(
-                ctx.model,
-                features=ctx.features,
-                labels=ctx.labels,
-                rates=rate,
-                max_grad_norm=params.max_grad_norm,
-                noise_multiplier=params.noise_multiplier,
-                lr=ctx.training.lr,
-                generator=ctx.generator,
-            )
+        noisy_local_training(ctx, rates=rate, noise_multiplier=params.noise_multiplier, max_grad_norm=params.max_grad_norm)
         delta = model_to_vector(ctx.model) - start
         event = PoissonGaussianEvent(
             sampling_rate=rate, noise_multiplier=params.noise_multiplier, steps=ctx.training.local_steps

@@ -37,10 +37,10 @@ from mechanisms.base import (
     load_vector_into_model,
     model_to_vector,
 )
+from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.events import PersonalizedPoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.none import FedAvgSilo
-from mechanisms.per_sample import noisy_sgd_step
 from mechanisms.rpdp.accountant import epsilon
 from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
 from mechanisms.rpdp.budgets import budgets_from_column, make_distribution
@@ -152,18 +152,12 @@ class RpdpSilo(SiloMechanism):
         load_vector_into_model(ctx.model, start)
         ctx.model.train()
         rates = self.accountant.rates_for_next_round()
-        rate_tensor = torch.as_tensor(rates, dtype=torch.float64)
-        for _ in range(ctx.training.local_steps):
-            noisy_sgd_step(
-                ctx.model,
-                features=ctx.features,
-                labels=ctx.labels,
-                rates=rate_tensor,
-                max_grad_norm=params.max_grad_norm,
-                noise_multiplier=params.noise_multiplier,
-                lr=ctx.training.lr,
-                generator=ctx.generator,
-            )
+        noisy_local_training(
+            ctx,
+            rates=torch.as_tensor(rates, dtype=torch.float64),
+            noise_multiplier=params.noise_multiplier,
+            max_grad_norm=params.max_grad_norm,
+        )
         self.accountant.commit(rates)
         event = PersonalizedPoissonGaussianEvent(
             noise_multiplier=params.noise_multiplier,
