@@ -126,3 +126,15 @@ def test_cli_reports_refusal_in_one_line(ray_local, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "mechanism.infeasible" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_budgets_from_a_csv_column(tmp_path):
+    path = tmp_path / "budgets.csv"
+    path.write_text("record,eps\n" + "".join(f"{i},{0.5 + i % 3}\n" for i in range(300)))
+    params = RpdpParams(budgets={"distribution": "column", "path": str(path), "column": "eps"})
+    silo = Rpdp(params).silo(_context())
+    np.testing.assert_array_equal(silo.budgets, 0.5 + np.arange(300) % 3)
+    path.write_text("record,eps\n0,1.0\n1,nan\n2,-1\n")
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(mechanism={"name": "rpdp", "budgets": {"distribution": "column", "path": str(path), "column": "eps"}}))
+    assert info.value.field == "mechanism.budgets" and "2 of 3" in str(info.value)

@@ -79,6 +79,7 @@ class RpdpParams(MechanismParams):
                 raise ValueError(f"budgets.path: {path!r} must be an existing CSV file")
             if not isinstance(spec.get("column"), str) or set(spec) != {"path", "column"}:
                 raise ValueError("budgets of distribution 'column' take exactly the keys path and column")
+            _read_budget_column(path, spec["column"])
             return value
         try:
             make_distribution(str(name), **spec)
@@ -90,9 +91,16 @@ class RpdpParams(MechanismParams):
         spec = dict(self.budgets)
         name = spec.pop("distribution")
         if name == "column":
-            table = np.genfromtxt(Path(spec["path"]).expanduser(), delimiter=",", names=True)
-            return budgets_from_column(np.atleast_1d(table[spec["column"]])[record_ids])
+            return _read_budget_column(spec["path"], spec["column"])[record_ids]
         return make_distribution(name, **spec).sample(len(record_ids), rng=rng)
+
+
+def _read_budget_column(path: str, column: str) -> np.ndarray:
+    """Budgets from a CSV column (header row; row r = training record r), validated: finite and > 0."""
+    table = np.genfromtxt(Path(path).expanduser(), delimiter=",", names=True)
+    if table.dtype.names is None or column not in table.dtype.names:
+        raise ValueError(f"budgets.column: {column!r} is not a column of {path} (columns: {table.dtype.names})")
+    return budgets_from_column(np.atleast_1d(table[column]))
 
 
 def _planned_rates(variant: Variant, budgets: np.ndarray, estimator: SamplingProbabilityEstimator) -> np.ndarray:
