@@ -31,7 +31,8 @@ def ray_session(*, address: str | None, cpus_needed: float, gpus_needed: float, 
     else:
         cpus = max(os.cpu_count() or 1, math.ceil(cpus_needed))
         gpus = math.ceil(gpus_needed) if gpus_needed else None
-        ray.init(num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     try:
         _check_capacity(cpus_needed, gpus_needed, actors)
         yield

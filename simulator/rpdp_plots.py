@@ -45,8 +45,12 @@ def plot_epsilon_curve(estimator_settings: Mapping[str, Any], path: Path) -> Non
     else:
         a, b, c = scf.fit_params
         fit = f"SCF fit exp({a:.3g}q{b:+.3g}){c:+.3g}, $R^2$ = {scf.r_squared:.4f}"
-        ax.plot(q, np.exp(a * q + b) + c, "--", color="tab:orange", label=fit)
+        fitted = np.exp(a * q + b) + c
+        ax.plot(q, np.where(fitted > 0, fitted, np.nan), "--", color="tab:orange", label=fit)
+        if (fitted <= 0).any():  # a fitted epsilon <= 0 cannot be shown on the log scale: say where it happens
+            ax.axvspan(q[0], q[fitted <= 0].max(), color="tab:orange", alpha=0.12, label="SCF fit <= 0 here")
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set(xlabel="sampling probability q", ylabel="epsilon", title=f"epsilon(q), delta = {settings['delta']:g}")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -83,8 +87,8 @@ def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], 
         stds = [0.0 if r is None else r["accuracy_std"] for r in rows]
         ax.bar(x + (i - (len(bars) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=bar)
     ax.set_xticks(x, groups)
-    ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1), title=f"{title} (mean ± std over {num_seeds} seeds)")
-    ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="lower right")
+    ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1.15), title=f"{title} (mean ± std over {num_seeds} seeds)")
+    ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -144,25 +144,30 @@ def sweep(
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or ())
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
-    runs, results = [], []
+    runs, first_rpdp = [], None
     cpus, gpus, actors = zip(*(_resources_needed(scenario) for _, _, scenario in jobs))
     session = ray_session(address=address or jobs[0][2].ray.address, cpus_needed=max(cpus), gpus_needed=max(gpus), actors=max(actors))
     with session:
         for labels, seed, scenario in tqdm(jobs, desc=grid.name, unit="run", disable=not progress):
             result = run(scenario, address=address)
-            results.append(result)
             runs.append(_sweep_run(labels, seed, result))
+            if first_rpdp is None and _is_rpdp(scenario):
+                first_rpdp = result
     table = tuple(summarise(runs, axes=list(grid.axes)))
     swept = SweepResult(grid=grid, runs=tuple(runs), table=table, out_dir=out)
-    write_sweep_outputs(swept, results=results)
+    write_sweep_outputs(swept, rpdp_run=first_rpdp)
     return swept
 
 
-def write_sweep_outputs(swept: SweepResult, *, results: Sequence[Any]) -> None:
+def _is_rpdp(scenario: Scenario) -> bool:
+    return scenario.mechanism.name == "rpdp" and scenario.mechanism.params.variant == "rpdp"
+
+
+def write_sweep_outputs(swept: SweepResult, *, rpdp_run: Any | None) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
-    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings) and ``budget_vs_spent.png`` (the
-    first run with variant rpdp, its accountant rebuilt from the round reports' events).
+    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_run`` (a
+    RunResult of variant rpdp) ``budget_vs_spent.png``, its accountant rebuilt from the round reports' events.
     """
     from simulator.reports import atomic_directory
     from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_comparison, plot_epsilon_curve
@@ -175,9 +180,8 @@ def write_sweep_outputs(swept: SweepResult, *, results: Sequence[Any]) -> None:
         base = validate_scenario(grid.base)
         if base.mechanism.name == "rpdp":
             plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
-        first = next((r for r in results if r.scenario.mechanism.name == "rpdp" and r.scenario.mechanism.params.variant == "rpdp"), None)
-        if first is not None:
-            plot_budget_vs_spent(rebuild_accountant(first).per_record(), staging / "budget_vs_spent.png")
+        if rpdp_run is not None:
+            plot_budget_vs_spent(rebuild_accountant(rpdp_run).per_record(), staging / "budget_vs_spent.png")
 
 
 def _resources_needed(scenario: Scenario) -> tuple[float, float, int]:

@@ -21,7 +21,7 @@ def ray_local():
     """A local Ray session shared by every test that runs actors; stopped at the end of the session."""
     import ray
 
-    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
 
