@@ -32,7 +32,7 @@ GlobalState = tuple[np.ndarray, ...]
 class MechanismParams(BaseModel):
     """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 Neighbouring relation: two federations are neighbours if one silo's dataset differs by adding or removing one
 record (records of different silos are disjoint). Per local step a silo Poisson-samples its ``n`` records with
 rate ``q = min(1, batch_size / n)``, clips every per-record gradient to L2 norm ``C`` (so the clipped sum has
-sensitivity ``C``), adds ``N(0, (sigma C)^2 I)`` and divides by the *expected* batch size ``q n`` (dividing by
-the realised size would make the divisor data-dependent). Each round is therefore ``local_steps`` compositions
-of the Poisson-subsampled Gaussian mechanism with noise multiplier ``sigma`` (Mironov et al. 2019), reported as
-one :class:`PoissonGaussianEvent` and accounted by ``mechanisms.accounting``. The upload is a post-processing
-of the noisy steps and the contribution weight ``n`` is treated as public, as in FedAvg.
+sensitivity ``C``), adds ``N(0, (sigma C)^2 I)`` and divides by the public ``batch_size`` (the expected batch
+size ``q n`` when ``batch_size <= n``; dividing by the realised size would make the divisor data-dependent).
+Each round is therefore ``local_steps`` compositions of the Poisson-subsampled Gaussian mechanism with noise
+multiplier ``sigma`` (Mironov et al. 2019), reported as one :class:`PoissonGaussianEvent` and accounted by
+``mechanisms.accounting``. The upload is a post-processing of the noisy steps; silos are averaged with equal,
+data-independent weights (a weight ``n`` would reveal the record count).
 """
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.per_sample import noisy_sgd_step
 
 
+# Every participating silo weighs the same in the average: weighting by the silo's record count would put an
+# un-noised count in every upload, which tells add/remove-one neighbours apart.
+SILO_WEIGHT = 1.0
+
+
 class DpSgdParams(MechanismParams):
     """Parameters of ``dp_sgd``. ``noise_multiplier = 0`` is allowed but gives epsilon = inf."""
 
@@ -41,7 +47,12 @@ class DpSgdParams(MechanismParams):
 
 
 def noisy_local_training(
-    context: SiloContext, *, rates: float | torch.Tensor, noise_multiplier: float, max_grad_norm: float
+    context: SiloContext,
+    *,
+    rates: float | torch.Tensor,
+    noise_multiplier: float,
+    max_grad_norm: float,
+    divisor: float | None = None,
 ) -> None:
     """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record)."""
     for _ in range(context.training.local_steps):
@@ -54,6 +65,7 @@ def noisy_local_training(
             noise_multiplier=noise_multiplier,
             lr=context.training.lr,
             generator=context.generator,
+            divisor=divisor,
         )
 
 
@@ -73,12 +85,18 @@ class DpSgdSilo(SiloMechanism):
         ctx.model.train()
         n = ctx.labels.shape[0]
         rate = min(1.0, ctx.training.batch_size / n)
-        noisy_local_training(ctx, rates=rate, noise_multiplier=params.noise_multiplier, max_grad_norm=params.max_grad_norm)
+        noisy_local_training(
+            ctx,
+            rates=rate,
+            noise_multiplier=params.noise_multiplier,
+            max_grad_norm=params.max_grad_norm,
+            divisor=float(ctx.training.batch_size),
+        )
         delta = model_to_vector(ctx.model) - start
         event = PoissonGaussianEvent(
             sampling_rate=rate, noise_multiplier=params.noise_multiplier, steps=ctx.training.local_steps
         )
-        return SiloContribution(vector=weighted_delta_vector(delta, float(n)), events=(event,))
+        return SiloContribution(vector=weighted_delta_vector(delta, SILO_WEIGHT), events=(event,))
 
 
 class DpSgd(Mechanism):

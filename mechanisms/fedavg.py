@@ -22,6 +22,6 @@ class FedAvgServer(ServerMechanism):
     def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
         (params,) = state
         total_weight = contribution_sum[-1]
-        if num_participants == 0 or total_weight <= 0:
+        if total_weight <= 0:
             return state
         return (params + contribution_sum[:-1] / total_weight,)

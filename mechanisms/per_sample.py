@@ -88,21 +88,25 @@ def noisy_sgd_step(
     noise_multiplier: float,
     lr: float,
     generator: torch.Generator,
+    divisor: float | None = None,
 ) -> None:
     """One DP-SGD step in place: Poisson-sample, clip, add ``N(0, (sigma C)^2)``, normalise, descend.
 
     Record ``j`` is included with probability ``rates`` (a scalar, or one rate per record as in rPDP-FL
-    Algorithm 1); the noisy clipped sum is divided by the *expected* batch size ``sum_j q_j`` (``q n`` for a
-    scalar rate), which does not depend on which records were drawn. An empty draw still adds noise.
+    Algorithm 1). The noisy clipped sum is divided by ``divisor`` or, by default, by the *expected* batch size
+    ``sum_j q_j`` (``q n`` for a scalar rate), which does not depend on which records were drawn. An empty
+    draw still adds noise.
     """
     num_records = labels.shape[0]
     expected_batch = float(rates) * num_records if isinstance(rates, float) else float(rates.sum())
-    if expected_batch <= 0.0:
-        return
+    if divisor is None:
+        if expected_batch <= 0.0:
+            return
+        divisor = expected_batch
     idx = poisson_sample(num_records=num_records, rates=rates, generator=generator).to(features.device)
     grads = per_sample_gradients(model, features=features[idx], labels=labels[idx])
     clipped = clip_and_sum(grads, max_grad_norm=max_grad_norm)
     noise = gaussian_noise_like(clipped, std=noise_multiplier * max_grad_norm, generator=generator)
     with torch.no_grad():
         for p, g, z in zip(model.parameters(), clipped, noise):
-            p.add_(g + z, alpha=-lr / expected_batch)
+            p.add_(g + z, alpha=-lr / divisor)

@@ -80,7 +80,7 @@ class SiloActor:
         self.refusal: PrivacyBudgetError | None = None
         try:
             self.mechanism = mechanism.silo(context)
-        except PrivacyBudgetError as exc:  # reported by info(), so the driver can say it in one line
+        except PrivacyBudgetError as exc:  # raised again by info(), so the driver can say it in one line
             self.refusal = exc
         self.protocol = _silo_protocol(scenario.protocol, silo_id)
 

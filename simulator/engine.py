@@ -17,7 +17,7 @@ import ray
 import torch
 from tqdm.auto import tqdm
 
-from mechanisms.base import PrivacyBudgetError, model_to_vector
+from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
 from mechanisms.registry import mechanism_class
 from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ray_session
@@ -122,6 +122,19 @@ def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator
     return parts
 
 
+def resources_needed(scenario: Scenario) -> tuple[float, float, int]:
+    """CPUs, GPUs and actor processes a run needs at once (a server and one actor per silo)."""
+    res, silos = scenario.resources, scenario.data.silos
+    return res.server.num_cpus + res.silo.num_cpus * silos, res.server.num_gpus + res.silo.num_gpus * silos, silos + 1
+
+
+def record_events(accountant: PrivacyAccountant, report: RoundReport) -> None:
+    """Feed one round's privacy events to the accountant, silo by silo in id order."""
+    for silo_id, events in sorted(report.events.items()):
+        for event in events:
+            accountant.record(silo_id, event)
+
+
 class Federation:
     """The server and silo actors of one scenario, for scripts that drive rounds themselves (e.g. attacks).
 
@@ -152,14 +165,8 @@ class Federation:
         parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
         res = scenario.resources
         t_data = time.perf_counter()
-        self._stack.enter_context(
-            ray_session(
-                address=scenario.ray.address,
-                cpus_needed=res.server.num_cpus + res.silo.num_cpus * len(parts),
-                gpus_needed=res.server.num_gpus + res.silo.num_gpus * len(parts),
-                actors=len(parts) + 1,
-            )
-        )
+        cpus, gpus, actors = resources_needed(scenario)
+        self._stack.enter_context(ray_session(address=scenario.ray.address, cpus_needed=cpus, gpus_needed=gpus, actors=actors))
         silo_class = ray.remote(SiloActor).options(num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
         self.silos = []
         for i, idx in enumerate(parts):
@@ -214,9 +221,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:
             report = federation.run_round(round_index)
-            for silo_id, events in sorted(report.events.items()):
-                for event in events:
-                    accountant.record(silo_id, event)
+            record_events(accountant, report)
             epsilon = accountant.report()["epsilon"]
             records.append(RoundRecord(report=report, epsilon=epsilon))
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
@@ -265,4 +270,4 @@ def _warn_gpu_fallback(placement: tuple[SiloInfo, ...]) -> None:
         )
 
 
-__all__ = ["Federation", "RoundRecord", "RunResult", "resolve_scenario", "run"]
+__all__ = ["Federation", "RoundRecord", "RunResult", "record_events", "resolve_scenario", "resources_needed", "run"]

@@ -99,7 +99,7 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                     len(report.participants),
                     repr(report.loss),
                     repr(report.accuracy),
-                    repr(report.train_loss),
+                    "" if math.isnan(report.train_loss) else repr(report.train_loss),
                     "" if record.epsilon is None else repr(record.epsilon),
                     f"{report.seconds:.4f}",
                 ]

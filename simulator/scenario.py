@@ -130,7 +130,7 @@ def validate_scenario(raw: Mapping[str, Any] | Scenario) -> Scenario:
     if isinstance(raw, Scenario):
         return raw
     raw = dict(raw)
-    mechanism_raw = raw.pop("mechanism", None) or {}
+    mechanism_raw = raw.pop("mechanism", {})
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:

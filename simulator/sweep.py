@@ -104,7 +104,7 @@ def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, ove
             raise ScenarioError(f"grid.axes.{key}", values, "must be a non-empty mapping {label: value}")
     chosen = _seeds(raw.get("seeds", [0]) if seeds is None else seeds)
     base_raw = apply_overrides(load_scenario_file(path.parent / base), list(overrides))
-    grid = Grid(name=str(raw.get("name", path.stem)), base=base_raw, seeds=chosen, axes={str(k): dict(v) for k, v in axes.items()})
+    grid = Grid(name=str(raw.get("name", path.stem)), base=base_raw, seeds=chosen, axes={str(k): {str(label): value for label, value in v.items()} for k, v in axes.items()})
     _check_axis_keys(grid)
     return grid
 
@@ -139,13 +139,13 @@ def sweep(
     progress: bool = False,
 ) -> SweepResult:
     """Run every combination x seed of a grid file and write the tables and plots to ``out_dir``."""
-    from simulator.engine import run
+    from simulator.engine import resources_needed, run
 
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or ())
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
     runs, first_rpdp = [], None
-    cpus, gpus, actors = zip(*(_resources_needed(scenario) for _, _, scenario in jobs))
+    cpus, gpus, actors = zip(*(resources_needed(scenario) for _, _, scenario in jobs))
     session = ray_session(address=address or jobs[0][2].ray.address, cpus_needed=max(cpus), gpus_needed=max(gpus), actors=max(actors))
     with session:
         for labels, seed, scenario in tqdm(jobs, desc=grid.name, unit="run", disable=not progress):
@@ -182,12 +182,6 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_run: Any | None) -> None:
             plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
         if rpdp_run is not None:
             plot_budget_vs_spent(rebuild_accountant(rpdp_run).per_record(), staging / "budget_vs_spent.png")
-
-
-def _resources_needed(scenario: Scenario) -> tuple[float, float, int]:
-    """CPUs, GPUs and actor processes one run of ``scenario`` needs at once (a server and one actor per silo)."""
-    res, silos = scenario.resources, scenario.data.silos
-    return res.server.num_cpus + res.silo.num_cpus * silos, res.server.num_gpus + res.silo.num_gpus * silos, silos + 1
 
 
 def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
@@ -250,12 +244,12 @@ def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_
 
 def rebuild_accountant(result: Any) -> Any:
     """The run's privacy accountant, re-fed with the privacy events every round report carries."""
+    from simulator.engine import record_events
+
     scenario = result.scenario
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
     for record in result.rounds:
-        for silo_id, events in sorted(record.report.events.items()):
-            for event in events:
-                accountant.record(silo_id, event)
+        record_events(accountant, record.report)
     return accountant
 
 

@@ -62,7 +62,7 @@ def test_defaults_and_validation_errors_name_the_field() -> None:
 
 def test_without_noise_clipping_or_sampling_it_is_full_batch_gradient_descent() -> None:
     features, labels = _data(records=40, dim=5, classes=3, seed=1)
-    training = LocalTraining(local_steps=4, batch_size=100, lr=0.3, rounds=1, client_rate=1.0)  # batch_size >= n so q = 1
+    training = LocalTraining(local_steps=4, batch_size=40, lr=0.3, rounds=1, client_rate=1.0)  # batch_size = n so q = 1
     model = _mlp()
     start = model_to_vector(model)
     mechanism = DpSgd(DpSgd.Params(noise_multiplier=0.0, max_grad_norm=1e12))
@@ -79,8 +79,8 @@ def test_without_noise_clipping_or_sampling_it_is_full_batch_gradient_descent() 
     expected_delta = model_to_vector(reference) - start
 
     assert np.abs(expected_delta).max() > 1e-3
-    np.testing.assert_allclose(contribution.vector[:-1] / 40, expected_delta, rtol=0, atol=1e-12)
-    assert contribution.vector[-1] == 40
+    np.testing.assert_allclose(contribution.vector[:-1], expected_delta, rtol=0, atol=1e-12)
+    assert contribution.vector[-1] == 1.0  # equal, data-independent silo weights
     assert contribution.events == (PoissonGaussianEvent(sampling_rate=1.0, noise_multiplier=0.0, steps=4),)
 
 
@@ -103,7 +103,7 @@ def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> No
     contribution = DpSgd(DpSgd.Params(noise_multiplier=sigma, max_grad_norm=clip)).silo(context).contribute(
         (start,), round_index=0
     )
-    delta = contribution.vector[:-1] / records
+    delta = contribution.vector[:-1]  # silo weight 1
     expected_batch = training.batch_size / records * records
     std = np.sqrt(training.local_steps) * training.lr * sigma * clip / expected_batch
     statistic = float(np.sum((delta / std) ** 2))

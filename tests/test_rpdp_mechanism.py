@@ -73,7 +73,7 @@ def test_variants_plan_rates_within_budgets(variant):
     params = RpdpParams(variant=variant, budgets={"distribution": "three_levels"}, delta=1e-3)
     silo = Rpdp(params).silo(_context())
     planned, budgets = silo.planned_rates, silo.budgets
-    cost = epsilon(planned, **{**SETTINGS, "rounds": 6})
+    cost = epsilon(planned, **SETTINGS)
     assert np.all(cost <= budgets)
     if variant == "minimum":
         assert np.unique(planned).size == 1
@@ -91,15 +91,21 @@ def test_refuses_infeasible_budgets_when_asked():
 
 
 def test_rpdp_run_on_heart_disease_respects_every_budget(ray_local, heart_disease_dir):
+    """Rates planned for the server's *expected* cost (lambda*T*rho) overspend when a silo takes part more often
+    than expected: the budget accountant must stop those records before they exceed their budgets."""
     result = run(
         REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml",
-        overrides=[f"data.path={heart_disease_dir}", "federation.rounds=3", "federation.local_steps=5"],
+        overrides=[f"data.path={heart_disease_dir}", "federation.rounds=4", "federation.local_steps=5",
+                   "federation.client_rate=0.5", "mechanism.adversary=server", "seed=1"],
     )
     privacy = result.privacy
-    assert privacy["records"] == 486
+    participations = np.zeros(4, dtype=int)
+    for record in result.rounds:
+        participations[list(record.report.participants)] += 1
+    assert participations.max() > 2  # some silo took part more often than lambda*T = 2 rounds
+    assert privacy["excluded_early"] > 0
     assert privacy["max_spent_over_budget"] <= 1.0
-    levels = [row["budget"] for row in privacy["by_budget"]]
-    assert levels == [0.1, 1.0, 5.0]
+    assert [row["budget"] for row in privacy["by_budget"]] == [0.1, 1.0, 5.0]
     q_means = [row["q_mean"] for row in privacy["by_budget"]]
     assert q_means == sorted(q_means)
 
@@ -138,3 +144,16 @@ def test_budgets_from_a_csv_column(tmp_path):
     with pytest.raises(ScenarioError) as info:
         validate_scenario(small_scenario(mechanism={"name": "rpdp", "budgets": {"distribution": "column", "path": str(path), "column": "eps"}}))
     assert info.value.field == "mechanism.budgets" and "2 of 3" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [[], 0, "", False])
+def test_malformed_mechanism_block_is_an_error(value):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(mechanism=value))
+    assert info.value.field == "mechanism"
+
+
+def test_mechanism_params_are_strict():
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(mechanism={"name": "rpdp", "noise_multiplier": "1.5"}))
+    assert info.value.field == "mechanism.noise_multiplier"

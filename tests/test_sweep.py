@@ -11,7 +11,7 @@ from simulator.cli import EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.sweep import load_grid, sweep
-from tests.conftest import small_scenario
+from tests.conftest import REPO, small_scenario
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png")
 
@@ -78,3 +78,12 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
     message = capsys.readouterr().err.strip()
     assert message.startswith(f"privsilo: error: {field}:") and "\n" not in message
     assert not (tmp_path / "out").exists()
+
+
+def test_shipped_grids_load_and_every_combination_validates():
+    grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
+    assert len(grids) == 3
+    for path in grids:
+        grid = load_grid(path)
+        scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
+        assert len(scenarios) == 12 * len(grid.seeds)

@@ -3,7 +3,10 @@
 Neighbouring relation: add/remove one record ``d_ij``; record ``j`` of silo ``i`` has its own budget
 ``eps_ij``. Two-stage sampling (Algorithm 1): the server samples silos with rate lambda (``client_rate``), and
 each local step of a sampled silo includes record ``j`` with its own probability ``q_ij``, clips per-record
-gradients to ``C``, adds ``N(0, sigma^2 C^2)`` and divides by the expected batch size ``sum_j q_ij``.
+gradients to ``C`` and adds ``N(0, sigma^2 C^2)``. The paper divides the noisy sum by the expected batch size
+``sum_j q_ij``; that divisor changes when a record is added or removed and is not covered by the accounting, so
+by default (``normalization: public``) we divide by the public ``federation.batch_size`` instead;
+``normalization: expected_batch`` reproduces the paper. Silos are averaged with equal weights.
 ``q_ij`` comes from :class:`~mechanisms.rpdp.estimator.SamplingProbabilityEstimator` (default ``exact``: the
 largest rate whose Theorem 1 epsilon stays within the budget). A per-record budget accountant
 (:mod:`mechanisms.rpdp.budget_accountant`) enforces the realised cost round by round.
@@ -15,7 +18,6 @@ from a column of the user's CSV (row ``r`` = training record ``r`` of the datase
 """
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +39,7 @@ from mechanisms.base import (
     load_vector_into_model,
     model_to_vector,
 )
-from mechanisms.dp_sgd import noisy_local_training
+from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
 from mechanisms.events import PersonalizedPoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.none import FedAvgSilo
@@ -48,17 +50,13 @@ from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
 from mechanisms.rpdp.report import PersonalizedAccountant
 
 
-class Variant(str, enum.Enum):
-    RPDP = "rpdp"
-    MINIMUM = "minimum"
-    DROPOUT = "dropout"
-    PRIVACY_FREE = "privacy_free"
+Variant = Literal["rpdp", "minimum", "dropout", "privacy_free"]
 
 
 class RpdpParams(MechanismParams):
     """YAML parameters of ``rpdp``."""
 
-    variant: Variant = Variant.RPDP
+    variant: Variant = "rpdp"
     noise_multiplier: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     delta: float = Field(default=1e-3, gt=0.0, lt=1.0)
@@ -67,6 +65,7 @@ class RpdpParams(MechanismParams):
     adversary: Literal["third_party", "server"] = "third_party"
     conversion: Literal["opacus", "seed"] = "opacus"
     infeasible: Literal["exclude", "refuse"] = "exclude"
+    normalization: Literal["public", "expected_batch"] = "public"
 
     @field_validator("budgets")
     @classmethod
@@ -105,9 +104,9 @@ def _read_budget_column(path: str, column: str) -> np.ndarray:
 
 def _planned_rates(variant: Variant, budgets: np.ndarray, estimator: SamplingProbabilityEstimator) -> np.ndarray:
     """Per-record sampling rates before training (Sec. 7.2 for the baselines)."""
-    if variant is Variant.RPDP:
+    if variant == "rpdp":
         return estimator.sampling_probability(budgets)
-    if variant is Variant.MINIMUM:
+    if variant == "minimum":
         return np.full(budgets.shape, float(estimator.sampling_probability(budgets.min())))
     mean = budgets.mean()
     return np.where(budgets >= mean, float(estimator.sampling_probability(mean)), 0.0)
@@ -129,7 +128,10 @@ class RpdpSilo(SiloMechanism):
             delta=params.delta,
             conversion=params.conversion,
         )
-        estimator = SamplingProbabilityEstimator(**settings, adversary=params.adversary, method=params.estimator)
+        try:
+            estimator = SamplingProbabilityEstimator(**settings, adversary=params.adversary, method=params.estimator)
+        except RuntimeError as exc:  # the SCF curve fit does not converge for some (T, tau)
+            raise PrivacyBudgetError(f"mechanism.estimator: {params.estimator!r} failed here ({exc}); use 'exact'") from None
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
         self._refuse_if_unsafe(estimator)
         self.accountant = RecordBudgetAccountant(
@@ -165,6 +167,7 @@ class RpdpSilo(SiloMechanism):
             rates=torch.as_tensor(rates, dtype=torch.float64),
             noise_multiplier=params.noise_multiplier,
             max_grad_norm=params.max_grad_norm,
+            divisor=float(ctx.training.batch_size) if params.normalization == "public" else None,
         )
         self.accountant.commit(rates)
         event = PersonalizedPoissonGaussianEvent(
@@ -177,7 +180,7 @@ class RpdpSilo(SiloMechanism):
             client_rate=ctx.training.client_rate,
         )
         delta = model_to_vector(ctx.model) - start
-        return SiloContribution(vector=weighted_delta_vector(delta, float((rates > 0).sum())), events=(event,))
+        return SiloContribution(vector=weighted_delta_vector(delta, SILO_WEIGHT), events=(event,))
 
 
 class Rpdp(Mechanism):
@@ -187,7 +190,7 @@ class Rpdp(Mechanism):
     Params = RpdpParams
 
     def silo(self, context: SiloContext) -> SiloMechanism:
-        if self.params.variant is Variant.PRIVACY_FREE:
+        if self.params.variant == "privacy_free":
             return FedAvgSilo(context)
         return RpdpSilo(context, self.params)
 
@@ -195,6 +198,6 @@ class Rpdp(Mechanism):
         return FedAvgServer()
 
     def accountant(self) -> PrivacyAccountant:
-        if self.params.variant is Variant.PRIVACY_FREE:
+        if self.params.variant == "privacy_free":
             return NoGuarantee()
         return PersonalizedAccountant(delta=self.params.delta, conversion=self.params.conversion)

@@ -88,7 +88,7 @@ class PersonalizedAccountant(PrivacyAccountant):
             "records": int(budget.size),
             "max_spent_over_budget": float((spent / budget).max()),
             "third_party_epsilon_max": float(records["third_party"].max()),
-            "never_sampled": int((records["rate"] == 0).sum()),
+            "never_eligible": int((records["rate"] == 0).sum()),
             "excluded_early": int(records["excluded"].sum()),
             "by_budget": _summary_rows(records),
         }
