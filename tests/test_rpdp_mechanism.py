@@ -157,3 +157,11 @@ def test_mechanism_params_are_strict():
     with pytest.raises(ScenarioError) as info:
         validate_scenario(small_scenario(mechanism={"name": "rpdp", "noise_multiplier": "1.5"}))
     assert info.value.field == "mechanism.noise_multiplier"
+
+
+def test_budget_column_shorter_than_the_training_set_is_refused(tmp_path):
+    path = tmp_path / "budgets.csv"
+    path.write_text("eps\n" + "1.0\n" * 10)
+    params = RpdpParams(budgets={"distribution": "column", "path": str(path), "column": "eps"})
+    with pytest.raises(PrivacyBudgetError, match="10 budgets"):
+        Rpdp(params).silo(_context())

@@ -90,7 +90,13 @@ class RpdpParams(MechanismParams):
         spec = dict(self.budgets)
         name = spec.pop("distribution")
         if name == "column":
-            return _read_budget_column(spec["path"], spec["column"])[record_ids]
+            column = _read_budget_column(spec["path"], spec["column"])
+            if record_ids.size and record_ids.max() >= column.size:
+                raise PrivacyBudgetError(
+                    f"mechanism.budgets: {spec['path']} has {column.size} budgets but the training set has at least "
+                    f"{int(record_ids.max()) + 1} records (one row per training record)"
+                )
+            return column[record_ids]
         return make_distribution(name, **spec).sample(len(record_ids), rng=rng)
 
 
