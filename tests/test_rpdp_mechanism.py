@@ -40,7 +40,7 @@ def test_budget_invariant_holds_under_any_participation():
     rates = rng.uniform(0.0, 0.3, size=400)
     accountant = RecordBudgetAccountant(
         budgets=budgets, rates=rates,
-        epsilon_of=lambda q, k: epsilon(q, **SETTINGS, adversary="server", participations=k),
+        settings=SETTINGS,
     )
     for _ in range(12):  # twice as many rounds as planned: budgets must run out, never overflow
         used = accountant.rates_for_next_round()

@@ -9,28 +9,38 @@ exceeds its budget.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Mapping
 
 import numpy as np
 
-EpsilonOfRounds = Callable[[np.ndarray, np.ndarray], np.ndarray]
+from mechanisms.rpdp.accountant import epsilon
+
+
+def realised_epsilon(rates: np.ndarray, participations: np.ndarray, **settings: Any) -> np.ndarray:
+    """Per record, the epsilon of ``participations`` realised rounds at ``rates`` (Theorem 1, server view).
+
+    ``settings`` are :func:`~mechanisms.rpdp.accountant.epsilon`'s training parameters; the accountant runs once
+    per distinct (rate, rounds) pair, which is few for the estimator's grid rates.
+    """
+    keys = np.stack([np.asarray(rates, dtype=np.float64), np.asarray(participations, dtype=np.float64)])
+    pairs, inverse = np.unique(keys, axis=1, return_inverse=True)
+    unique = epsilon(pairs[0], **settings, adversary="server", participations=pairs[1].astype(np.int64))
+    return unique[inverse.reshape(-1)]
 
 
 class RecordBudgetAccountant:
     """Tracks, per record, rounds of participation and spent epsilon against its budget."""
 
-    def __init__(self, *, budgets: np.ndarray, rates: np.ndarray, epsilon_of: EpsilonOfRounds) -> None:
-        """``epsilon_of(rates, rounds)`` is the realised epsilon of ``rounds`` rounds at ``rates`` (vectorised)."""
+    def __init__(self, *, budgets: np.ndarray, rates: np.ndarray, settings: Mapping[str, Any]) -> None:
+        """``settings``: the training parameters of :func:`realised_epsilon` (sigma, T, tau, lambda, delta, ...)."""
         self.budgets = np.asarray(budgets, dtype=np.float64)
         self.rates = np.asarray(rates, dtype=np.float64)
         self.rounds = np.zeros(self.budgets.shape, dtype=np.int64)
         self.excluded_early = np.zeros(self.budgets.shape, dtype=bool)
-        self._epsilon_of = epsilon_of
+        self._settings = dict(settings)
 
     def _epsilon(self, rounds: np.ndarray) -> np.ndarray:
-        """Epsilon per record after ``rounds`` rounds, evaluated once per distinct (rate, rounds) pair."""
-        pairs, inverse = np.unique(np.stack([self.rates, rounds.astype(np.float64)]), axis=1, return_inverse=True)
-        return self._epsilon_of(pairs[0], pairs[1].astype(np.int64))[inverse.reshape(-1)]
+        return realised_epsilon(self.rates, rounds, **self._settings)
 
     def spent(self) -> np.ndarray:
         return self._epsilon(self.rounds)

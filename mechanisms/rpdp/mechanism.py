@@ -43,7 +43,6 @@ from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
 from mechanisms.events import PersonalizedPoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.none import FedAvgSilo
-from mechanisms.rpdp.accountant import epsilon
 from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
 from mechanisms.rpdp.budgets import budgets_from_column, make_distribution
 from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
@@ -140,11 +139,7 @@ class RpdpSilo(SiloMechanism):
             raise PrivacyBudgetError(f"mechanism.estimator: {params.estimator!r} failed here ({exc}); use 'exact'") from None
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
         self._refuse_if_unsafe(estimator)
-        self.accountant = RecordBudgetAccountant(
-            budgets=self.budgets,
-            rates=self.planned_rates,
-            epsilon_of=lambda q, k: epsilon(q, **settings, adversary="server", participations=k),
-        )
+        self.accountant = RecordBudgetAccountant(budgets=self.budgets, rates=self.planned_rates, settings=settings)
 
     def _refuse_if_unsafe(self, estimator: SamplingProbabilityEstimator) -> None:
         """Check every record before training starts (rPDP ``exact``/``bisect`` must never exceed a budget)."""

@@ -15,6 +15,7 @@ import numpy as np
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import PersonalizedPoissonGaussianEvent
 from mechanisms.rpdp.accountant import epsilon
+from mechanisms.rpdp.budget_accountant import realised_epsilon
 
 MAX_LEVELS = 10
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -49,8 +50,8 @@ class PersonalizedAccountant(PrivacyAccountant):
         silo.rounds += event.rates > 0
         silo.excluded |= (event.planned_rates > 0) & (event.rates == 0)
 
-    def _epsilon(self, event: PersonalizedPoissonGaussianEvent, q: np.ndarray, **view: Any) -> np.ndarray:
-        settings = dict(
+    def _settings(self, event: PersonalizedPoissonGaussianEvent) -> dict[str, Any]:
+        return dict(
             noise_multiplier=event.noise_multiplier,
             rounds=event.rounds,
             local_steps=event.steps,
@@ -58,11 +59,6 @@ class PersonalizedAccountant(PrivacyAccountant):
             delta=self.delta,
             conversion=self.conversion,
         )
-        keys = np.stack([q] + [np.asarray(v, dtype=np.float64) for v in view.values()])
-        unique, inverse = np.unique(keys, axis=1, return_inverse=True)
-        unique_view = {name: unique[i + 1].astype(np.int64) for i, name in enumerate(view)}
-        adversary = "server" if view else "third_party"
-        return epsilon(unique[0], **settings, adversary=adversary, **unique_view)[inverse.reshape(-1)]
 
     def per_record(self) -> dict[str, np.ndarray]:
         """Budget, planned rate, realised spent epsilon, third-party epsilon and early exclusion, over all records."""
@@ -71,8 +67,10 @@ class PersonalizedAccountant(PrivacyAccountant):
             event = silo.first
             columns["budget"].append(event.budgets)
             columns["rate"].append(event.planned_rates)
-            columns["spent"].append(self._epsilon(event, event.planned_rates, participations=silo.rounds))
-            columns["third_party"].append(self._epsilon(event, event.planned_rates))
+            settings = self._settings(event)
+            columns["spent"].append(realised_epsilon(event.planned_rates, silo.rounds, **settings))
+            rates, inverse = np.unique(event.planned_rates, return_inverse=True)
+            columns["third_party"].append(epsilon(rates, **settings)[inverse.reshape(-1)])
             columns["excluded"].append(silo.excluded)
         return {k: np.concatenate(v) if v else np.zeros(0) for k, v in columns.items()}
 
