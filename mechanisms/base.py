@@ -76,6 +76,10 @@ class SiloMechanism(ABC):
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         """Train locally from ``state`` and return the vector to be summed across silos."""
 
+    def setup_events(self) -> tuple[PrivacyEvent, ...]:
+        """Events announced once at start-up, before any round (e.g. a per-record budget plan)."""
+        return ()
+
 
 class ServerMechanism(ABC):
     """Server side of a mechanism: turns the sum of contributions into the next global state."""

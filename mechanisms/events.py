@@ -24,24 +24,34 @@ class PoissonGaussianEvent:
     steps: int
 
 
+@dataclass(frozen=True, eq=False)
+class PersonalizedTrainingPlan:
+    """A silo's rPDP-FL plan, fixed before training (Liu et al., CCS 2024, Algorithm 1 and Theorem 1).
+
+    Record ``j`` has budget ``budgets[j]`` and sampling rate ``planned_rates[j]``; every round of the silo runs
+    ``steps`` (tau) local steps; training lasts ``rounds`` (T) with client rate ``client_rate`` (lambda). A silo
+    announces its plan once at start-up, so an accountant knows every record, including those of silos that
+    are never sampled.
+    """
+
+    budgets: np.ndarray
+    planned_rates: np.ndarray
+    noise_multiplier: float
+    steps: int
+    rounds: int
+    client_rate: float
+
 
 @dataclass(frozen=True, eq=False)
 class PersonalizedPoissonGaussianEvent:
     """One round of rPDP-FL local training in one silo (Liu et al., CCS 2024, Algorithm 1).
 
-    ``steps`` compositions of the sampled Gaussian mechanism in which record ``j`` is included with its own
-    probability ``rates[j]`` (0 = excluded this round). ``planned_rates`` and ``budgets`` are the records' rates
-    and budgets fixed before training; ``rounds`` (T) and ``client_rate`` (lambda) the training plan, so an
-    accountant can state both the realised cost and the third-party guarantee of Theorem 1.
+    ``plan.steps`` compositions of the sampled Gaussian mechanism in which record ``j`` is included with its own
+    probability ``rates[j]`` (0 = excluded this round).
     """
 
-    noise_multiplier: float
-    steps: int
+    plan: PersonalizedTrainingPlan
     rates: np.ndarray
-    planned_rates: np.ndarray
-    budgets: np.ndarray
-    rounds: int
-    client_rate: float
 
 
-PrivacyEvent = PoissonGaussianEvent | PersonalizedPoissonGaussianEvent
+PrivacyEvent = PoissonGaussianEvent | PersonalizedTrainingPlan | PersonalizedPoissonGaussianEvent

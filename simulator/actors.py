@@ -95,6 +95,7 @@ class SiloActor:
             gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
             device=str(self.device),
             gpu_fallback=self.gpu_fallback,
+            events=self.mechanism.setup_events(),
         )
 
     def setup_reply(self, stage: Any, inbound: Any) -> Any:

@@ -10,7 +10,7 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
+from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ray_session
@@ -128,9 +129,9 @@ def resources_needed(scenario: Scenario) -> tuple[float, float, int]:
     return res.server.num_cpus + res.silo.num_cpus * silos, res.server.num_gpus + res.silo.num_gpus * silos, silos + 1
 
 
-def record_events(accountant: PrivacyAccountant, report: RoundReport) -> None:
-    """Feed one round's privacy events to the accountant, silo by silo in id order."""
-    for silo_id, events in sorted(report.events.items()):
+def record_events(accountant: PrivacyAccountant, events_by_silo: Mapping[int, Sequence[PrivacyEvent]]) -> None:
+    """Feed privacy events (a round's, or the silos' start-up announcements) to the accountant, in silo id order."""
+    for silo_id, events in sorted(events_by_silo.items()):
         for event in events:
             accountant.record(silo_id, event)
 
@@ -216,12 +217,13 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
     t0 = time.perf_counter()
     with Federation(scenario) as federation:
+        record_events(accountant, {info.silo_id: info.events for info in federation.placement})
         t_start = time.perf_counter()
         records = []
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:
             report = federation.run_round(round_index)
-            record_events(accountant, report)
+            record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
             records.append(RoundRecord(report=report, epsilon=epsilon))
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")

@@ -44,7 +44,7 @@ class SiloUpdate:
 
 @dataclass(frozen=True)
 class SiloInfo:
-    """Where and how a silo actor runs (reported once, after start-up)."""
+    """Where and how a silo actor runs, and the privacy events it announces before training (reported once)."""
 
     silo_id: int
     num_records: int
@@ -52,6 +52,7 @@ class SiloInfo:
     gpu_ids: tuple[str, ...]
     device: str
     gpu_fallback: bool
+    events: tuple[PrivacyEvent, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -243,13 +243,14 @@ def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_
 
 
 def rebuild_accountant(result: Any) -> Any:
-    """The run's privacy accountant, re-fed with the privacy events every round report carries."""
+    """The run's privacy accountant, re-fed with the silos' start-up events and every round report's events."""
     from simulator.engine import record_events
 
     scenario = result.scenario
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    record_events(accountant, {info.silo_id: info.events for info in result.placement})
     for record in result.rounds:
-        record_events(accountant, record.report)
+        record_events(accountant, record.report.events)
     return accountant
 
 

@@ -14,6 +14,7 @@ from simulator.cli import main
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
+from simulator.sweep import rebuild_accountant
 from tests.conftest import REPO, small_scenario
 
 SETTINGS = dict(noise_multiplier=1.0, rounds=6, local_steps=5, client_rate=0.5, delta=1e-3)
@@ -165,3 +166,25 @@ def test_budget_column_shorter_than_the_training_set_is_refused(tmp_path):
     params = RpdpParams(budgets={"distribution": "column", "path": str(path), "column": "eps"})
     with pytest.raises(PrivacyBudgetError, match="10 budgets"):
         Rpdp(params).silo(_context())
+
+
+def test_report_covers_silos_that_were_never_sampled(ray_local, heart_disease_dir):
+    """Each silo announces its plan at start-up, so records of silos never sampled are in the report (spent 0)."""
+    result = run(
+        REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml",
+        overrides=[f"data.path={heart_disease_dir}", "federation.rounds=1", "federation.local_steps=2",
+                   "federation.client_rate=0.25", "seed=0"],
+    )
+    participants = set(result.rounds[0].report.participants)
+    assert len(participants) < 4  # some silo sat the only round out
+    privacy = result.privacy
+    assert privacy["records"] == sum(info.num_records for info in result.placement)
+    per_record = rebuild_accountant(result).per_record()
+    assert per_record["budget"].size == privacy["records"]
+    offsets = np.cumsum([0] + [info.num_records for info in sorted(result.placement, key=lambda i: i.silo_id)])
+    for info in result.placement:
+        (plan,) = info.events
+        own = slice(offsets[info.silo_id], offsets[info.silo_id + 1])
+        np.testing.assert_array_equal(per_record["budget"][own], plan.budgets)
+        if info.silo_id not in participants:
+            assert np.all(per_record["spent"][own] == 0)

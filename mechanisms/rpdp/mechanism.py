@@ -40,7 +40,7 @@ from mechanisms.base import (
     model_to_vector,
 )
 from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
-from mechanisms.events import PersonalizedPoissonGaussianEvent
+from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.none import FedAvgSilo
 from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
@@ -140,6 +140,14 @@ class RpdpSilo(SiloMechanism):
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
         self._refuse_if_unsafe(estimator)
         self.accountant = RecordBudgetAccountant(budgets=self.budgets, rates=self.planned_rates, settings=settings)
+        self.plan = PersonalizedTrainingPlan(
+            budgets=self.budgets,
+            planned_rates=self.planned_rates,
+            noise_multiplier=params.noise_multiplier,
+            steps=training.local_steps,
+            rounds=training.rounds,
+            client_rate=training.client_rate,
+        )
 
     def _refuse_if_unsafe(self, estimator: SamplingProbabilityEstimator) -> None:
         """Check every record before training starts (rPDP ``exact``/``bisect`` must never exceed a budget)."""
@@ -157,6 +165,9 @@ class RpdpSilo(SiloMechanism):
                 f"mechanism.estimator: {int(over.sum())} records of silo {silo} would exceed their budgets; refusing to start"
             )
 
+    def setup_events(self) -> tuple[PersonalizedTrainingPlan, ...]:
+        return (self.plan,)
+
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         ctx, params = self.context, self.params
         (start,) = state
@@ -171,15 +182,7 @@ class RpdpSilo(SiloMechanism):
             divisor=float(ctx.training.batch_size) if params.normalization == "public" else None,
         )
         self.accountant.commit(rates)
-        event = PersonalizedPoissonGaussianEvent(
-            noise_multiplier=params.noise_multiplier,
-            steps=ctx.training.local_steps,
-            rates=rates,
-            planned_rates=self.planned_rates,
-            budgets=self.budgets,
-            rounds=ctx.training.rounds,
-            client_rate=ctx.training.client_rate,
-        )
+        event = PersonalizedPoissonGaussianEvent(plan=self.plan, rates=rates)
         delta = model_to_vector(ctx.model) - start
         return SiloContribution(vector=weighted_delta_vector(delta, SILO_WEIGHT), events=(event,))
 

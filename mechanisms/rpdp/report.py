@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.base import PrivacyAccountant
-from mechanisms.events import PersonalizedPoissonGaussianEvent
+from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan
 from mechanisms.rpdp.accountant import epsilon
 from mechanisms.rpdp.budget_accountant import realised_epsilon
 
@@ -23,39 +23,52 @@ QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 @dataclass
 class _SiloRecords:
-    first: PersonalizedPoissonGaussianEvent
+    plan: PersonalizedTrainingPlan
     rounds: np.ndarray = field(init=False)
     excluded: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rounds = np.zeros(self.first.budgets.shape, dtype=np.int64)
-        self.excluded = np.zeros(self.first.budgets.shape, dtype=bool)
+        self.rounds = np.zeros(self.plan.budgets.shape, dtype=np.int64)
+        self.excluded = np.zeros(self.plan.budgets.shape, dtype=bool)
 
 
 class PersonalizedAccountant(PrivacyAccountant):
-    """Per-record accounting of :class:`PersonalizedPoissonGaussianEvent` s (records of silos are disjoint)."""
+    """Per-record accounting of rPDP-FL plans and rounds (records of silos are disjoint).
+
+    Every silo's :class:`PersonalizedTrainingPlan` (announced at start-up) registers its records; each
+    :class:`PersonalizedPoissonGaussianEvent` counts one realised round for the records eligible in it.
+    """
 
     def __init__(self, *, delta: float, conversion: str = "opacus") -> None:
         self.delta, self.conversion = delta, conversion
         self._silos: dict[int, _SiloRecords] = {}
 
-    def record(self, silo_id: int, event: PersonalizedPoissonGaussianEvent) -> None:
+    def record(self, silo_id: int, event: PersonalizedTrainingPlan | PersonalizedPoissonGaussianEvent) -> None:
+        if isinstance(event, PersonalizedTrainingPlan):
+            self._silo(silo_id, event)
+            return
         if not isinstance(event, PersonalizedPoissonGaussianEvent):
-            raise TypeError(f"PersonalizedAccountant supports PersonalizedPoissonGaussianEvent only, got {type(event).__name__}")
-        silo = self._silos.get(silo_id)
-        if silo is not None and event.rates.shape != silo.rounds.shape:
-            raise ValueError(f"silo {silo_id}: event for {event.rates.size} records, expected {silo.rounds.size}")
-        if silo is None:
-            silo = self._silos[silo_id] = _SiloRecords(first=event)
+            raise TypeError(
+                f"PersonalizedAccountant supports PersonalizedTrainingPlan and PersonalizedPoissonGaussianEvent, got {type(event).__name__}"
+            )
+        silo = self._silo(silo_id, event.plan)
         silo.rounds += event.rates > 0
-        silo.excluded |= (event.planned_rates > 0) & (event.rates == 0)
+        silo.excluded |= (event.plan.planned_rates > 0) & (event.rates == 0)
 
-    def _settings(self, event: PersonalizedPoissonGaussianEvent) -> dict[str, Any]:
+    def _silo(self, silo_id: int, plan: PersonalizedTrainingPlan) -> _SiloRecords:
+        silo = self._silos.get(silo_id)
+        if silo is None:
+            silo = self._silos[silo_id] = _SiloRecords(plan=plan)
+        elif plan.planned_rates.shape != silo.rounds.shape:
+            raise ValueError(f"silo {silo_id}: plan for {plan.planned_rates.size} records, expected {silo.rounds.size}")
+        return silo
+
+    def _settings(self, plan: PersonalizedTrainingPlan) -> dict[str, Any]:
         return dict(
-            noise_multiplier=event.noise_multiplier,
-            rounds=event.rounds,
-            local_steps=event.steps,
-            client_rate=event.client_rate,
+            noise_multiplier=plan.noise_multiplier,
+            rounds=plan.rounds,
+            local_steps=plan.steps,
+            client_rate=plan.client_rate,
             delta=self.delta,
             conversion=self.conversion,
         )
@@ -63,13 +76,13 @@ class PersonalizedAccountant(PrivacyAccountant):
     def per_record(self) -> dict[str, np.ndarray]:
         """Budget, planned rate, realised spent epsilon, third-party epsilon and early exclusion, over all records."""
         columns: dict[str, list[np.ndarray]] = {k: [] for k in ("budget", "rate", "spent", "third_party", "excluded")}
-        for silo in self._silos.values():
-            event = silo.first
-            columns["budget"].append(event.budgets)
-            columns["rate"].append(event.planned_rates)
-            settings = self._settings(event)
-            columns["spent"].append(realised_epsilon(event.planned_rates, silo.rounds, **settings))
-            rates, inverse = np.unique(event.planned_rates, return_inverse=True)
+        for _, silo in sorted(self._silos.items()):
+            plan = silo.plan
+            columns["budget"].append(plan.budgets)
+            columns["rate"].append(plan.planned_rates)
+            settings = self._settings(plan)
+            columns["spent"].append(realised_epsilon(plan.planned_rates, silo.rounds, **settings))
+            rates, inverse = np.unique(plan.planned_rates, return_inverse=True)
             columns["third_party"].append(epsilon(rates, **settings)[inverse.reshape(-1)])
             columns["excluded"].append(silo.excluded)
         return {k: np.concatenate(v) if v else np.zeros(0) for k, v in columns.items()}
