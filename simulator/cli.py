@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, sweep, validate, list, data fetch.
+"""The ``privsilo`` command line: run, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory.
@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+    merge = commands.add_parser("merge", help="merge the runs of several sweep output directories into one table")
+    merge.add_argument("sweeps", type=Path, nargs="+", help="sweep output directories (each with a runs.csv)")
+    merge.add_argument("--out", type=Path, required=True, help="output directory for the merged runs, table and plot")
+
     validate = commands.add_parser("validate", help="check a scenario (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
@@ -67,9 +71,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep import sweep
 
     result = sweep(args.grid, out_dir=args.out, seeds=args.seeds, overrides=args.overrides, address=args.address, progress=not args.no_progress)
-    print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds)")
+    resumed = f"; {result.resumed} taken from the unfinished sweep's journal" if result.resumed else ""
+    print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds{resumed})")
     print((result.out_dir / "table.md").read_text(), end="")
     print(f"results written to {result.out_dir}")
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from simulator.sweep_merge import merge_sweeps
+
+    _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)
+    print(f"merged {len(runs)} runs of {len(args.sweeps)} sweeps ({len(table)} combinations)")
+    print((args.out / "table.md").read_text(), end="")
+    print(f"results written to {args.out}")
     return 0
 
 
@@ -109,7 +124,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privsilo: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("privsilo: interrupted; no output directory was changed", file=sys.stderr)
+        print("privsilo: interrupted; no output directory was changed (a sweep resumes when run again)", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

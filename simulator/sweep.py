@@ -12,11 +12,13 @@ A grid file names a base scenario (a path relative to the grid file), the seeds 
 Each axis maps a dotted scenario key to ``{label: value}``; the value replaces the key in the base scenario
 (after the ``--set`` overrides). Every combination is validated before the first run, all runs share one Ray
 session, and the output directory (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP
-grids, ``epsilon_curve.png`` and ``budget_vs_spent.png``) is written atomically.
+grids, ``epsilon_curve.png`` and ``budget_vs_spent.png``) is written atomically. Finished runs are journaled
+(:mod:`simulator.sweep_journal`), so an interrupted sweep resumes when run again.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -31,6 +33,7 @@ from mechanisms.registry import mechanism_class
 from simulator.cluster import ray_session
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from simulator.sweep_journal import SweepJournal, scenario_key
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
@@ -84,6 +87,7 @@ class SweepResult:
     runs: tuple[SweepRun, ...]
     table: tuple[dict[str, Any], ...]
     out_dir: Path
+    resumed: int = 0
 
 
 def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, overrides: Sequence[str] = ()) -> Grid:
@@ -144,18 +148,28 @@ def sweep(
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or ())
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
-    runs, first_rpdp = [], None
-    cpus, gpus, actors = zip(*(resources_needed(scenario) for _, _, scenario in jobs))
-    session = ray_session(address=address or jobs[0][2].ray.address, cpus_needed=max(cpus), gpus_needed=max(gpus), actors=max(actors))
-    with session:
-        for labels, seed, scenario in tqdm(jobs, desc=grid.name, unit="run", disable=not progress):
-            result = run(scenario, address=address)
-            runs.append(_sweep_run(labels, seed, result))
-            if first_rpdp is None and _is_rpdp(scenario):
-                first_rpdp = result
+    journal = SweepJournal(out)
+    finished = journal.load_runs()
+    keys = [scenario_key(scenario) for _, _, scenario in jobs]
+    reference = next((key for key, (_, _, scenario) in zip(keys, jobs) if _is_rpdp(scenario)), None)
+    pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
+    if pending:
+        cpus, gpus, actors = zip(*(resources_needed(scenario) for _, (_, _, scenario) in pending))
+        session = ray_session(address=address or jobs[0][2].ray.address, cpus_needed=max(cpus), gpus_needed=max(gpus), actors=max(actors))
+        with session:
+            bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
+            for key, (labels, seed, scenario) in bar:
+                result = run(scenario, address=address)
+                if key == reference:
+                    journal.save_records(key, rebuild_accountant(result).per_record())
+                done = _sweep_run(labels, seed, result)
+                journal.add_run(key, done)
+                finished[key] = dataclasses.asdict(done)
+    runs = tuple(SweepRun(**finished[key]) for key in keys)
     table = tuple(summarise(runs, axes=list(grid.axes)))
-    swept = SweepResult(grid=grid, runs=tuple(runs), table=table, out_dir=out)
-    write_sweep_outputs(swept, rpdp_run=first_rpdp)
+    swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
+    write_sweep_outputs(swept, rpdp_records=None if reference is None else journal.load_records(reference))
+    journal.remove()
     return swept
 
 
@@ -163,25 +177,23 @@ def _is_rpdp(scenario: Scenario) -> bool:
     return scenario.mechanism.name == "rpdp" and scenario.mechanism.params.variant == "rpdp"
 
 
-def write_sweep_outputs(swept: SweepResult, *, rpdp_run: Any | None) -> None:
+def write_sweep_outputs(swept: SweepResult, *, rpdp_records: Mapping[str, np.ndarray] | None) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
-    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_run`` (a
-    RunResult of variant rpdp) ``budget_vs_spent.png``, its accountant rebuilt from the round reports' events.
+    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the
+    per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``.
     """
     from simulator.reports import atomic_directory
-    from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_comparison, plot_epsilon_curve
+    from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
 
     grid, axes = swept.grid, list(swept.grid.axes)
     with atomic_directory(swept.out_dir) as staging:
-        write_runs_csv(swept.runs, axes=axes, path=staging / "runs.csv")
-        write_table(swept.table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
-        plot_comparison(swept.table, axes=axes, num_seeds=len(grid.seeds), title=grid.name, path=staging / "comparison.png")
+        write_tables(staging, runs=swept.runs, table=swept.table, axes=axes, title=grid.name)
         base = validate_scenario(grid.base)
         if base.mechanism.name == "rpdp":
             plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
-        if rpdp_run is not None:
-            plot_budget_vs_spent(rebuild_accountant(rpdp_run).per_record(), staging / "budget_vs_spent.png")
+        if rpdp_records is not None:
+            plot_budget_vs_spent(rpdp_records, staging / "budget_vs_spent.png")
 
 
 def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
@@ -212,6 +224,16 @@ def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict
             "seeds": len(members),
             "epsilon_mean": float(np.mean(epsilons)) if epsilons else None,
         }
+
+
+def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str) -> None:
+    """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``."""
+    from simulator.rpdp_plots import plot_comparison
+
+    write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
+    write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
+    num_seeds = len({item.seed for item in runs})
+    plot_comparison(table, axes=axes, num_seeds=num_seeds, title=title, path=staging / "comparison.png")
 
 
 def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:

@@ -10,7 +10,7 @@ import yaml
 from simulator.cli import EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.errors import ScenarioError
-from simulator.sweep import load_grid, sweep
+from simulator.sweep import SweepRun, load_grid, sweep, write_runs_csv
 from tests.conftest import REPO, small_scenario
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png")
@@ -87,3 +87,65 @@ def test_shipped_grids_load_and_every_combination_validates():
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
         assert len(scenarios) == 12 * len(grid.seeds)
+
+
+def _runs_without_timing(path: Path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(handle)]
+
+
+def test_interrupted_sweep_resumes_from_its_journal(ray_local, tmp_path, monkeypatch):
+    import simulator.engine
+
+    grid_path = _write_grid(tmp_path)
+    sweep(grid_path, out_dir=tmp_path / "whole")
+    real_run, calls = simulator.engine.run, []
+
+    def interrupted_after_two(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(simulator.engine, "run", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(grid_path, out_dir=tmp_path / "resumed")
+    assert not (tmp_path / "resumed").exists()
+    assert len((tmp_path / "resumed.unfinished" / "runs.jsonl").read_text().splitlines()) == 2
+
+    calls.clear()
+    result = sweep(grid_path, out_dir=tmp_path / "resumed")
+    assert len(calls) == 2 and result.resumed == 2
+    assert not (tmp_path / "resumed.unfinished").exists()
+    for name in OUTPUT_FILES:
+        assert (tmp_path / "resumed" / name).stat().st_size > 0, name
+    assert _runs_without_timing(tmp_path / "resumed" / "runs.csv") == _runs_without_timing(tmp_path / "whole" / "runs.csv")
+
+
+def _sweep_dir(directory: Path, runs: list[SweepRun], axes: list[str]) -> Path:
+    directory.mkdir()
+    write_runs_csv(runs, axes=axes, path=directory / "runs.csv")
+    return directory
+
+
+def test_merge_pools_seeds_of_several_sweeps(tmp_path, capsys):
+    axes = ["mechanism.variant"]
+    first = _sweep_dir(tmp_path / "a", [SweepRun({"mechanism.variant": "rPDP"}, 0, 0.6, 1.0, 2.0, 0.9, 3.0),
+                                        SweepRun({"mechanism.variant": "PrivacyFree"}, 0, 0.9, 0.5, None, None, 1.0)], axes)
+    second = _sweep_dir(tmp_path / "b", [SweepRun({"mechanism.variant": "rPDP"}, 1, 0.8, 1.0, 4.0, 1.0, 3.0)], axes)
+    assert main(["merge", str(first), str(second), "--out", str(tmp_path / "m")]) == 0
+    with (tmp_path / "m" / "table.csv").open() as handle:
+        table = {row["mechanism.variant"]: row for row in csv.DictReader(handle)}
+    assert float(table["rPDP"]["accuracy_mean"]) == pytest.approx(0.7)
+    assert float(table["rPDP"]["accuracy_std"]) == pytest.approx(0.1)
+    assert float(table["rPDP"]["epsilon_mean"]) == pytest.approx(3.0)
+    assert table["rPDP"]["seeds"] == "2" and table["PrivacyFree"]["epsilon_mean"] == ""
+    assert (tmp_path / "m" / "comparison.png").stat().st_size > 0
+    capsys.readouterr()
+
+    assert main(["merge", str(first), str(first), "--out", str(tmp_path / "dup")]) == EXIT_USER_ERROR
+    assert "seed 0 is in both" in capsys.readouterr().err
+    other = _sweep_dir(tmp_path / "c", [SweepRun({"mechanism.budgets": "x"}, 2, 0.5, 1.0, 1.0, 1.0, 1.0)], ["mechanism.budgets"])
+    assert main(["merge", str(first), str(other), "--out", str(tmp_path / "axes")]) == EXIT_USER_ERROR
+    assert "axes" in capsys.readouterr().err
+    assert not (tmp_path / "dup").exists() and not (tmp_path / "axes").exists()

@@ -1,0 +1,83 @@
+"""The journal that makes a long sweep resumable.
+
+While a sweep runs, every finished run is appended to ``<out>.unfinished/runs.jsonl`` (one JSON line, flushed
+and fsynced), keyed by a hash of its complete validated scenario; the per-record privacy data of the sweep's
+reference rPDP run goes to ``rpdp_records.npz`` beside it. Running the same sweep again skips the runs whose
+scenario is already in the journal (the same scenario and seed give the same result). The journal is deleted
+once the output directory has been written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from simulator.scenario import Scenario
+
+RUNS_FILE = "runs.jsonl"
+RECORDS_FILE = "rpdp_records.npz"
+
+
+def scenario_key(scenario: Scenario) -> str:
+    """A stable hash of everything that determines a run's result."""
+    text = json.dumps(scenario.to_dict(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class SweepJournal:
+    """Finished runs of one sweep output directory, on disk next to it."""
+
+    def __init__(self, out_dir: Path) -> None:
+        out_dir = Path(out_dir).expanduser().resolve()
+        self.path = out_dir.with_name(f"{out_dir.name}.unfinished")
+
+    def load_runs(self) -> dict[str, dict[str, Any]]:
+        """``{scenario key: run fields}``; a line cut short by a crash is ignored."""
+        runs: dict[str, dict[str, Any]] = {}
+        file = self.path / RUNS_FILE
+        if not file.is_file():
+            return runs
+        for line in file.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+                runs[entry["key"]] = entry["run"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        return runs
+
+    def add_run(self, key: str, run: Any) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"key": key, "run": dataclasses.asdict(run)})
+        with (self.path / RUNS_FILE).open("a") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def save_records(self, key: str, records: Mapping[str, np.ndarray]) -> None:
+        """Per-record arrays of the reference rPDP run (written to a temporary name, then renamed)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        staging = self.path / f".{RECORDS_FILE}"
+        with staging.open("wb") as handle:
+            np.savez(handle, key=np.array(key), **records)
+        staging.replace(self.path / RECORDS_FILE)
+
+    def load_records(self, key: str) -> dict[str, np.ndarray] | None:
+        file = self.path / RECORDS_FILE
+        if not file.is_file():
+            return None
+        with np.load(file) as data:
+            if str(data["key"]) != key:
+                return None
+            return {name: data[name] for name in data.files if name != "key"}
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+__all__ = ["SweepJournal", "scenario_key"]
