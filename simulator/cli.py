@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from simulator.errors import PrivsiloError
+from simulator.errors import PrivsiloError, ScenarioError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
     sweep.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<grid name>)")
-    sweep.add_argument("--seeds", type=int, default=None, metavar="N", help="run seeds 0..N-1 instead of the grid's seeds")
+    sweep.add_argument("--seeds", default=None, metavar="N|S1,S2,...", help="run seeds 0..N-1, or the listed seeds, instead of the grid's seeds")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a key of the base scenario (repeatable)")
     sweep.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -70,12 +70,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep import sweep
 
-    result = sweep(args.grid, out_dir=args.out, seeds=args.seeds, overrides=args.overrides, address=args.address, progress=not args.no_progress)
+    result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, address=args.address, progress=not args.no_progress)
     resumed = f"; {result.resumed} taken from the unfinished sweep's journal" if result.resumed else ""
     print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds{resumed})")
     print((result.out_dir / "table.md").read_text(), end="")
     print(f"results written to {result.out_dir}")
     return 0
+
+
+def _seed_option(text: str | None) -> int | list[int] | None:
+    """``--seeds``: a count N (seeds 0..N-1) or a comma-separated list of seeds (``2,`` lists seed 2 alone)."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()] if "," in text else int(text)
+    except ValueError:
+        raise ScenarioError("--seeds", text, "a seed count N (seeds 0..N-1) or a comma-separated list such as 1,2 (one listed seed: 2,)") from None
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

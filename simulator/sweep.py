@@ -106,20 +106,22 @@ def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, ove
     for key, values in axes.items():
         if not isinstance(values, dict) or not values:
             raise ScenarioError(f"grid.axes.{key}", values, "must be a non-empty mapping {label: value}")
-    chosen = _seeds(raw.get("seeds", [0]) if seeds is None else seeds)
+    chosen = _seeds(raw.get("seeds", [0]), "grid.seeds") if seeds is None else _seeds(seeds, "--seeds")
     base_raw = apply_overrides(load_scenario_file(path.parent / base), list(overrides))
     grid = Grid(name=str(raw.get("name", path.stem)), base=base_raw, seeds=chosen, axes={str(k): {str(label): value for label, value in v.items()} for k, v in axes.items()})
     _check_axis_keys(grid)
     return grid
 
 
-def _seeds(value: Any) -> tuple[int, ...]:
+def _seeds(value: Any, field: str) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
-            raise ScenarioError("grid.seeds", value, "a seed count must be >= 1")
+            raise ScenarioError(field, value, "a seed count must be >= 1")
         return tuple(range(value))
     if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, int) and s >= 0 for s in value):
-        raise ScenarioError("grid.seeds", value, "must be a non-empty list of integers >= 0 (or a count)")
+        raise ScenarioError(field, value, "must be a non-empty list of integers >= 0 (or a count)")
+    if len(set(value)) != len(value):
+        raise ScenarioError(field, value, "seeds must not repeat")
     return tuple(value)
 
 

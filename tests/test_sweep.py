@@ -149,3 +149,17 @@ def test_merge_pools_seeds_of_several_sweeps(tmp_path, capsys):
     assert main(["merge", str(first), str(other), "--out", str(tmp_path / "axes")]) == EXIT_USER_ERROR
     assert "axes" in capsys.readouterr().err
     assert not (tmp_path / "dup").exists() and not (tmp_path / "axes").exists()
+
+
+@pytest.mark.parametrize(("option", "field"), [("x", "--seeds"), ("1,a", "--seeds"), ("0", "--seeds"), ("1,1", "--seeds")])
+def test_bad_seed_option_exits_2(tmp_path, capsys, option, field):
+    grid_path = _write_grid(tmp_path)
+    assert main(["sweep", str(grid_path), "--seeds", option, "--out", str(tmp_path / "out")]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.startswith(f"privsilo: error: {field}: got ")
+
+
+def test_seed_option_lists_seeds(tmp_path):
+    from simulator.cli import _seed_option
+
+    assert _seed_option("3") == 3 and _seed_option("1,2") == [1, 2] and _seed_option("2,") == [2]
+    assert load_grid(_write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)
