@@ -8,6 +8,8 @@ The pieces are deliberately independent of one another so that variants can reco
   ``torch.func`` (``functional_call`` + ``vmap(grad(.))``), one pass instead of one backward per record;
 * :func:`clip_and_sum` is the clipped sum of Abadi et al. 2016, Algorithm 1 (``g_j / max(1, ||g_j|| / C)``,
   summed), whose L2 sensitivity under adding/removing one record is ``C`` whatever the sampling;
+* :func:`clipped_gradient_sum` gives the same clipped sum without materialising per-record gradients where the
+  model allows (:mod:`mechanisms.fast_clipping`), which is what the training step uses;
 * :func:`gaussian_noise_like` draws ``N(0, std^2 I)`` from a caller-supplied generator.
 
 Normalising the noisy sum (by the expected batch size ``q n`` in DP-SGD, by ``sum_j q_j`` in rPDP) is left to
@@ -20,6 +22,9 @@ import math
 
 import torch
 from torch.func import functional_call, grad, vmap
+
+from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
+from mechanisms.fast_clipping import supports_fast_clipping
 
 
 def poisson_sample(*, num_records: int, rates: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -69,6 +74,18 @@ def clip_and_sum(per_sample_grads: list[torch.Tensor], *, max_grad_norm: float) 
     return [torch.einsum("b,b...->...", factors.to(g.dtype), g) for g in per_sample_grads]
 
 
+def clipped_gradient_sum(
+    model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, max_grad_norm: float
+) -> list[torch.Tensor]:
+    """The clipped sum of per-record gradients: :mod:`mechanisms.fast_clipping` where the model allows it
+    (Linear and Conv2d layers), else :func:`clip_and_sum` of :func:`per_sample_gradients`. Same result."""
+    if features.shape[0] > 0 and supports_fast_clipping(model):
+        sums = fast_clipped_sum(model, features=features, labels=labels, max_grad_norm=max_grad_norm)
+        if sums is not None:
+            return sums
+    return clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=max_grad_norm)
+
+
 def gaussian_noise_like(tensors: list[torch.Tensor], *, std: float, generator: torch.Generator) -> list[torch.Tensor]:
     """Independent ``N(0, std^2)`` noise with the shape, dtype and device of each tensor, drawn from ``generator``."""
     # Drawn on the generator's device (the silo's CPU generator) and moved, so CUDA silos stay reproducible.
@@ -104,8 +121,7 @@ def noisy_sgd_step(
             return
         divisor = expected_batch
     idx = poisson_sample(num_records=num_records, rates=rates, generator=generator).to(features.device)
-    grads = per_sample_gradients(model, features=features[idx], labels=labels[idx])
-    clipped = clip_and_sum(grads, max_grad_norm=max_grad_norm)
+    clipped = clipped_gradient_sum(model, features=features[idx], labels=labels[idx], max_grad_norm=max_grad_norm)
     noise = gaussian_noise_like(clipped, std=noise_multiplier * max_grad_norm, generator=generator)
     with torch.no_grad():
         for p, g, z in zip(model.parameters(), clipped, noise):

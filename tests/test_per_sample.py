@@ -5,13 +5,17 @@ import pytest
 import torch
 from scipy import stats
 
+from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
+from mechanisms.fast_clipping import supports_fast_clipping
 from mechanisms.per_sample import (
     clip_and_sum,
+    clipped_gradient_sum,
     gaussian_noise_like,
     per_sample_gradients,
     per_sample_norms,
     poisson_sample,
 )
+from simulator.models import build_model
 
 FALSE_FAILURE_RATE = 1e-6  # per statistical test below
 
@@ -141,3 +145,68 @@ def test_poisson_sampling_accepts_per_record_rates() -> None:
     rates = torch.tensor([0.0, 1.0, 0.0, 1.0])
     picked = poisson_sample(num_records=4, rates=rates, generator=torch.Generator().manual_seed(7))
     assert picked.tolist() == [1, 3]
+
+
+class _ReusedLayer(torch.nn.Module):
+    """One Linear applied twice: its gradient is not a single e_j a_j^T, so the fast path must step aside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(6, 6)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.inner(torch.tanh(self.inner(x.flatten(1)[:, :6])))))
+
+
+FAST_CASES = [
+    ("logistic_regression", (1, 8, 8)), ("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("lenet", (1, 8, 8)), ("cnn", (3, 12, 12)),
+]
+
+
+@pytest.mark.parametrize(("name", "shape"), FAST_CASES)
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 1e3])  # every record clipped / none clipped
+def test_fast_clipped_sum_equals_per_sample_path(name, shape, max_grad_norm) -> None:
+    torch.manual_seed(0)
+    model = build_model(name, feature_shape=shape, num_classes=4).double()
+    generator = torch.Generator().manual_seed(3)
+    features = torch.randn(17, *shape, generator=generator, dtype=torch.float64)
+    labels = torch.randint(4, (17,), generator=generator)
+    assert supports_fast_clipping(model)
+    fast = fast_clipped_sum(model, features=features, labels=labels, max_grad_norm=max_grad_norm)
+    exact = clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=max_grad_norm)
+    for ours, reference in zip(fast, exact, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-12)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_fast_clipping_steps_aside_for_unsupported_models() -> None:
+    features = torch.randn(5, 1, 8, 8, dtype=torch.float64)
+    labels = torch.randint(3, (5,))
+    reused = _ReusedLayer().double()
+    assert supports_fast_clipping(reused)
+    assert fast_clipped_sum(reused, features=features, labels=labels, max_grad_norm=1.0) is None
+    normed = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 3)).double()
+    assert not supports_fast_clipping(normed)
+    for model in (reused, normed):  # the dispatcher falls back to the exact per-sample path
+        ours = clipped_gradient_sum(model, features=features, labels=labels, max_grad_norm=0.5)
+        exact = clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=0.5)
+        for a, b in zip(ours, exact, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(("stride", "dilation", "padding"), [(1, 1, 0), (2, 1, 2), (1, 2, "same"), (3, 2, 1)])
+def test_fast_clipped_sum_handles_conv_strides_and_dilations(stride, dilation, padding) -> None:
+    torch.manual_seed(1)
+    if padding == "same" and stride != 1:
+        pytest.skip("padding='same' needs stride 1")
+    conv = torch.nn.Conv2d(2, 3, kernel_size=3, stride=stride, dilation=dilation, padding=padding)
+    model = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.Flatten()).double()
+    features = torch.randn(6, 2, 11, 11, dtype=torch.float64)
+    width = model(features).shape[1]
+    model.append(torch.nn.Linear(width, 4).double())
+    labels = torch.randint(4, (6,))
+    fast = fast_clipped_sum(model, features=features, labels=labels, max_grad_norm=0.3)
+    exact = clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=0.3)
+    for ours, reference in zip(fast, exact, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-12)
