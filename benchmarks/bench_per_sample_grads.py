@@ -66,12 +66,16 @@ def median_seconds(fn: Callable[[], object], *, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench(name: str, build: Callable[[], torch.nn.Module], *, batch: int, repeats: int) -> None:
+def model_and_batch(build: Callable[[], torch.nn.Module], *, batch: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A seeded model and a random MNIST-shaped batch."""
     generator = torch.Generator().manual_seed(0)
     torch.manual_seed(0)  # benchmark-only: model initialisation
-    model = build()
     features = torch.randn(batch, 1, 28, 28, generator=generator)
-    labels = torch.randint(10, (batch,), generator=generator)
+    return build(), features, torch.randint(10, (batch,), generator=generator)
+
+
+def bench(name: str, build: Callable[[], torch.nn.Module], *, batch: int, repeats: int) -> None:
+    model, features, labels = model_and_batch(build, batch=batch)
     wrapped = GradSampleModule(build(), loss_reduction="sum")
     wrapped._module.load_state_dict(model.state_dict())
 
@@ -92,11 +96,7 @@ def bench(name: str, build: Callable[[], torch.nn.Module], *, batch: int, repeat
 
 
 def bench_clipped_sum(name: str, build: Callable[[], torch.nn.Module], *, batch: int, repeats: int) -> None:
-    generator = torch.Generator().manual_seed(1)
-    torch.manual_seed(0)  # benchmark-only: model initialisation
-    model = build()
-    features = torch.randn(batch, 1, 28, 28, generator=generator)
-    labels = torch.randint(10, (batch,), generator=generator)
+    model, features, labels = model_and_batch(build, batch=batch)
 
     def materialised() -> list[torch.Tensor]:
         return clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=1.0)

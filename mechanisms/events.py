@@ -5,6 +5,7 @@ events and a separate accountant (``mechanisms.accounting``) turns them into eps
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,29 +25,39 @@ class PoissonGaussianEvent:
     steps: int
 
 
+@dataclass(frozen=True)
+class TrainingSchedule:
+    """The public training parameters of rPDP-FL's accountant (Theorem 1): noise multiplier sigma, rounds T,
+    local steps per round tau and client rate lambda (keyword names of ``mechanisms.rpdp.epsilon``)."""
+
+    noise_multiplier: float
+    rounds: int
+    local_steps: int
+    client_rate: float
+
+    def as_settings(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+
 @dataclass(frozen=True, eq=False)
 class PersonalizedTrainingPlan:
     """A silo's rPDP-FL plan, fixed before training (Liu et al., CCS 2024, Algorithm 1 and Theorem 1).
 
-    Record ``j`` has budget ``budgets[j]`` and sampling rate ``planned_rates[j]``; every round of the silo runs
-    ``steps`` (tau) local steps; training lasts ``rounds`` (T) with client rate ``client_rate`` (lambda). A silo
-    announces its plan once at start-up, so an accountant knows every record, including those of silos that
-    are never sampled.
+    Record ``j`` has budget ``budgets[j]`` and sampling rate ``planned_rates[j]``; ``schedule`` holds sigma, T,
+    tau and lambda. A silo announces its plan once at start-up, so an accountant knows every record, including
+    those of silos that are never sampled.
     """
 
     budgets: np.ndarray
     planned_rates: np.ndarray
-    noise_multiplier: float
-    steps: int
-    rounds: int
-    client_rate: float
+    schedule: TrainingSchedule
 
 
 @dataclass(frozen=True, eq=False)
 class PersonalizedPoissonGaussianEvent:
     """One round of rPDP-FL local training in one silo (Liu et al., CCS 2024, Algorithm 1).
 
-    ``plan.steps`` compositions of the sampled Gaussian mechanism in which record ``j`` is included with its own
+    ``plan.schedule.local_steps`` compositions of the sampled Gaussian mechanism in which record ``j`` is included with its own
     probability ``rates[j]`` (0 = excluded this round).
     """
 

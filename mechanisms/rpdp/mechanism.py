@@ -40,7 +40,7 @@ from mechanisms.base import (
     model_to_vector,
 )
 from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
-from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan
+from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 from mechanisms.none import FedAvgSilo
 from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
@@ -125,14 +125,13 @@ class RpdpSilo(SiloMechanism):
         training = context.training
         seed = int(torch.randint(0, 2**62, (1,), generator=context.generator))
         self.budgets = params.record_budgets(context.record_ids, np.random.default_rng(seed))
-        settings = dict(
+        schedule = TrainingSchedule(
             noise_multiplier=params.noise_multiplier,
             rounds=training.rounds,
             local_steps=training.local_steps,
             client_rate=training.client_rate,
-            delta=params.delta,
-            conversion=params.conversion,
         )
+        settings = dict(schedule.as_settings(), delta=params.delta, conversion=params.conversion)
         try:
             estimator = SamplingProbabilityEstimator(**settings, adversary=params.adversary, method=params.estimator)
         except RuntimeError as exc:  # the SCF curve fit does not converge for some (T, tau)
@@ -140,14 +139,7 @@ class RpdpSilo(SiloMechanism):
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
         self._refuse_if_unsafe(estimator)
         self.accountant = RecordBudgetAccountant(budgets=self.budgets, rates=self.planned_rates, settings=settings)
-        self.plan = PersonalizedTrainingPlan(
-            budgets=self.budgets,
-            planned_rates=self.planned_rates,
-            noise_multiplier=params.noise_multiplier,
-            steps=training.local_steps,
-            rounds=training.rounds,
-            client_rate=training.client_rate,
-        )
+        self.plan = PersonalizedTrainingPlan(budgets=self.budgets, planned_rates=self.planned_rates, schedule=schedule)
 
     def _refuse_if_unsafe(self, estimator: SamplingProbabilityEstimator) -> None:
         """Check every record before training starts (rPDP ``exact``/``bisect`` must never exceed a budget)."""

@@ -64,14 +64,7 @@ class PersonalizedAccountant(PrivacyAccountant):
         return silo
 
     def _settings(self, plan: PersonalizedTrainingPlan) -> dict[str, Any]:
-        return dict(
-            noise_multiplier=plan.noise_multiplier,
-            rounds=plan.rounds,
-            local_steps=plan.steps,
-            client_rate=plan.client_rate,
-            delta=self.delta,
-            conversion=self.conversion,
-        )
+        return dict(plan.schedule.as_settings(), delta=self.delta, conversion=self.conversion)
 
     def per_record(self) -> dict[str, np.ndarray]:
         """Budget, planned rate, realised spent epsilon, third-party epsilon and early exclusion, over all records."""
