@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("sweeps", type=Path, nargs="+", help="sweep output directories (each with a runs.csv)")
     merge.add_argument("--out", type=Path, required=True, help="output directory for the merged runs, table and plot")
 
-    validate = commands.add_parser("validate", help="check a scenario (and that its data is here) without running it")
+    validate = commands.add_parser("validate", help="check a scenario or grid file (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
 
@@ -101,7 +101,16 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.data import load_dataset
     from simulator.engine import resolve_scenario
+    from simulator.scenario import load_scenario_file
+    from simulator.sweep import load_grid
 
+    if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
+        grid = load_grid(args.scenario, overrides=args.overrides)
+        scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
+        for name in dict.fromkeys((s.data.dataset, s.data.path) for s in scenarios):
+            load_dataset(name[0], path=name[1], seed=0)
+        print(f"{args.scenario}: valid grid ({len(scenarios)} runs: {len(scenarios) // len(grid.seeds)} combinations x {len(grid.seeds)} seeds)")
+        return 0
     scenario = resolve_scenario(args.scenario, args.overrides)
     load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
     print(f"{args.scenario}: valid ({scenario.mechanism.name} on {scenario.data.dataset}, {scenario.data.silos} silos, {scenario.federation.rounds} rounds)")

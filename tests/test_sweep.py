@@ -163,3 +163,12 @@ def test_seed_option_lists_seeds(tmp_path):
 
     assert _seed_option("3") == 3 and _seed_option("1,2") == [1, 2] and _seed_option("2,") == [2]
     assert load_grid(_write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)
+
+
+def test_validate_checks_every_combination_of_a_grid(tmp_path, capsys):
+    grid_path = _write_grid(tmp_path)
+    assert main(["validate", str(grid_path)]) == 0
+    assert "valid grid (4 runs: 2 combinations x 2 seeds)" in capsys.readouterr().out
+    bad = _write_grid(tmp_path, axes={"mechanism.variant": {"bad": "nope"}})
+    assert main(["validate", str(bad)]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.startswith("privsilo: error: mechanism.variant:")
