@@ -167,7 +167,8 @@ def sweep(
                 done = _sweep_run(labels, seed, result)
                 journal.add_run(key, done)
                 finished[key] = dataclasses.asdict(done)
-    runs = tuple(SweepRun(**finished[key]) for key in keys)
+    # Labels come from the grid as it is now (a renamed label keeps its journaled results).
+    runs = tuple(SweepRun(**{**finished[key], "labels": labels, "seed": seed}) for key, (labels, seed, _) in zip(keys, jobs))
     table = tuple(summarise(runs, axes=list(grid.axes)))
     swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
     write_sweep_outputs(swept, rpdp_records=None if reference is None else journal.load_records(reference))
