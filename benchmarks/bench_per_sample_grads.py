@@ -56,14 +56,18 @@ def opacus_per_sample_gradients(
     return [p.grad_sample for p in module.parameters()]
 
 
-def median_seconds(fn: Callable[[], object], *, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def median_seconds(candidates: dict[str, Callable[[], object]], *, repeats: int) -> dict[str, float]:
+    """Median time of each candidate; repeats are interleaved so that load changes on a shared machine hit
+    every candidate alike."""
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for fn in candidates.values():
+        fn()  # warm-up
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def model_and_batch(build: Callable[[], torch.nn.Module], *, batch: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -84,10 +88,14 @@ def bench(name: str, build: Callable[[], torch.nn.Module], *, batch: int, repeat
     worst = max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
     assert worst < 1e-4, f"implementations disagree by {worst}"
 
-    func_time = median_seconds(lambda: per_sample_gradients(model, features=features, labels=labels), repeats=repeats)
-    hook_time = median_seconds(
-        lambda: opacus_per_sample_gradients(wrapped, features=features, labels=labels), repeats=repeats
+    medians = median_seconds(
+        {
+            "func": lambda: per_sample_gradients(model, features=features, labels=labels),
+            "hooks": lambda: opacus_per_sample_gradients(wrapped, features=features, labels=labels),
+        },
+        repeats=repeats,
     )
+    func_time, hook_time = medians["func"], medians["hooks"]
     print(
         f"{name:10s} batch={batch} params={sum(p.numel() for p in model.parameters()):>9,d}  "
         f"torch.func {func_time * 1e3:8.1f} ms  opacus {hook_time * 1e3:8.1f} ms  "
@@ -112,7 +120,7 @@ def bench_clipped_sum(name: str, build: Callable[[], torch.nn.Module], *, batch:
 
     worst = max(float((a - b).abs().max()) for a, b in zip(fast(), materialised()))
     assert worst < 1e-4, f"clipped sums disagree by {worst}"
-    times = {label: median_seconds(fn, repeats=repeats) for label, fn in (("materialised", materialised), ("fast", fast), ("plain", plain))}
+    times = median_seconds({"materialised": materialised, "fast": fast, "plain": plain}, repeats=repeats)
     print(
         f"{name:10s} batch={batch} clipped sum: torch.func+clip {times['materialised'] * 1e3:8.1f} ms  "
         f"fast {times['fast'] * 1e3:8.1f} ms  plain backward {times['plain'] * 1e3:8.1f} ms  "
