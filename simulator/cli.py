@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<grid name>)")
     sweep.add_argument("--seeds", default=None, metavar="N|S1,S2,...", help="run seeds 0..N-1, or the listed seeds, instead of the grid's seeds")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a key of the base scenario (repeatable)")
+    sweep.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]", help="run only these labels of an axis (repeatable)")
     sweep.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -70,7 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep import sweep
 
-    result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, address=args.address, progress=not args.no_progress)
+    result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, address=args.address, progress=not args.no_progress)
     resumed = f"; {result.resumed} taken from the unfinished sweep's journal" if result.resumed else ""
     print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds{resumed})")
     print((result.out_dir / "table.md").read_text(), end="")

@@ -90,8 +90,11 @@ class SweepResult:
     resumed: int = 0
 
 
-def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, overrides: Sequence[str] = ()) -> Grid:
-    """Read and check a grid file; ``seeds`` (a count N -> 0..N-1, or a list) replaces the file's seeds."""
+def load_grid(
+    path: str | Path, *, seeds: int | Sequence[int] | None = None, overrides: Sequence[str] = (), only: Sequence[str] = ()
+) -> Grid:
+    """Read and check a grid file; ``seeds`` (a count N -> 0..N-1, or a list) replaces the file's seeds;
+    ``only`` entries ``"axis.key=Label1,Label2"`` keep just those labels of an axis."""
     path = Path(path)
     raw = load_scenario_file(path)
     unknown = sorted(set(raw) - set(GRID_KEYS))
@@ -110,7 +113,21 @@ def load_grid(path: str | Path, *, seeds: int | Sequence[int] | None = None, ove
     base_raw = apply_overrides(load_scenario_file(path.parent / base), list(overrides))
     grid = Grid(name=str(raw.get("name", path.stem)), base=base_raw, seeds=chosen, axes={str(k): {str(label): value for label, value in v.items()} for k, v in axes.items()})
     _check_axis_keys(grid)
+    for selection in only:
+        grid = dataclasses.replace(grid, axes=_select_labels(grid, selection))
     return grid
+
+
+def _select_labels(grid: Grid, selection: str) -> dict[str, dict[str, Any]]:
+    """The grid's axes after one ``--only axis.key=Label1,Label2``."""
+    key, _, text = selection.partition("=")
+    if key not in grid.axes:
+        raise ScenarioError("--only", selection, f"must be AXIS=LABEL[,LABEL...] with AXIS one of {', '.join(grid.axes)}")
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    unknown = [label for label in labels if label not in grid.axes[key]]
+    if not labels or unknown:
+        raise ScenarioError("--only", selection, f"labels of {key} are {', '.join(grid.axes[key])}")
+    return {**grid.axes, key: {label: grid.axes[key][label] for label in labels}}
 
 
 def _seeds(value: Any, field: str) -> tuple[int, ...]:
@@ -141,13 +158,14 @@ def sweep(
     out_dir: str | Path | None = None,
     seeds: int | Sequence[int] | None = None,
     overrides: Sequence[str] | None = None,
+    only: Sequence[str] = (),
     address: str | None = None,
     progress: bool = False,
 ) -> SweepResult:
     """Run every combination x seed of a grid file and write the tables and plots to ``out_dir``."""
     from simulator.engine import resources_needed, run
 
-    grid = load_grid(grid_path, seeds=seeds, overrides=overrides or ())
+    grid = load_grid(grid_path, seeds=seeds, overrides=overrides or (), only=only)
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
     journal = SweepJournal(out)

@@ -172,3 +172,14 @@ def test_validate_checks_every_combination_of_a_grid(tmp_path, capsys):
     bad = _write_grid(tmp_path, axes={"mechanism.variant": {"bad": "nope"}})
     assert main(["validate", str(bad)]) == EXIT_USER_ERROR
     assert capsys.readouterr().err.startswith("privsilo: error: mechanism.variant:")
+
+
+def test_only_keeps_the_selected_labels(tmp_path, capsys):
+    grid_path = _write_grid(tmp_path)
+    grid = load_grid(grid_path, only=["mechanism.variant=Minimum"])
+    assert list(grid.combinations()) == [{"mechanism.budgets": "ThreeLevels", "mechanism.variant": "Minimum"}]
+    for bad in ("mechanism.variant=Nope", "federation.rounds=1", "mechanism.variant="):
+        assert main(["validate", str(grid_path)]) == 0  # the grid itself is fine
+        assert main(["sweep", str(grid_path), "--only", bad, "--out", str(tmp_path / "o")]) == EXIT_USER_ERROR
+        assert capsys.readouterr().err.splitlines()[-1].startswith("privsilo: error: --only: ")
+    assert not (tmp_path / "o").exists()
