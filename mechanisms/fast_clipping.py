@@ -69,21 +69,23 @@ def clipped_gradient_sum(
     """``sum_j g_j * min(1, C / ||g_j||)`` for the cross-entropy loss, one tensor per ``model.parameters()``.
 
     ``model`` must satisfy :func:`supports_fast_clipping`; its ``.grad`` fields are not touched. Returns None
-    when a layer runs more than once in the forward pass (its gradient is then not one ``e_j a_j^T``).
+    when a layer runs more than once in the forward pass (its gradient is then not one ``e_j a_j^T``) or not
+    at all; the caller then uses the exact per-sample path.
     """
     captured: list[_Captured] = []
 
     def keep(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
         captured.append(_Captured(module, inputs[0].detach(), output))
 
-    handles = [m.register_forward_hook(keep) for m in model.modules() if list(m.parameters(recurse=False))]
+    owners = [m for m in model.modules() if list(m.parameters(recurse=False))]
+    handles = [m.register_forward_hook(keep) for m in owners]
     try:
         loss = F.cross_entropy(model(features), labels, reduction="sum")
     finally:
         for handle in handles:
             handle.remove()
-    if len({id(c.module) for c in captured}) != len(captured):
-        return None
+    if sorted(id(c.module) for c in captured) != sorted(id(m) for m in owners):
+        return None  # a layer ran twice or not at all
     output_grads = torch.autograd.grad(loss, [c.output for c in captured])
     layers = [_layer_terms(c, e.detach()) for c, e in zip(captured, output_grads)]
     squared_norms = torch.stack([terms.squared_norms for terms in layers]).sum(dim=0)

@@ -210,3 +210,10 @@ def test_fast_clipped_sum_handles_conv_strides_and_dilations(stride, dilation, p
     exact = clip_and_sum(per_sample_gradients(model, features=features, labels=labels), max_grad_norm=0.3)
     for ours, reference in zip(fast, exact, strict=True):
         torch.testing.assert_close(ours, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_fast_clipping_steps_aside_for_a_layer_left_unused() -> None:
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 3), "unused": torch.nn.Linear(4, 3)}).double()
+    model.forward = lambda x: model["used"](x)  # type: ignore[method-assign]
+    features, labels = torch.randn(5, 4, dtype=torch.float64), torch.randint(3, (5,))
+    assert fast_clipped_sum(model, features=features, labels=labels, max_grad_norm=1.0) is None
