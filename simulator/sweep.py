@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from mechanisms.registry import mechanism_class
 from simulator.cluster import ray_session
-from simulator.errors import ScenarioError
+from simulator.errors import PrivsiloError, ScenarioError
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
 from simulator.sweep_journal import SweepJournal, scenario_key
 
@@ -267,6 +267,22 @@ def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path)
             writer.writerow([*(item.labels[a] for a in axes), *("" if v is None else repr(v) for v in values)])
 
 
+def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
+    """The axes and runs of a sweep's ``runs.csv`` (empty cells -> None)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or tuple(rows[0][-len(RUN_COLUMNS):]) != RUN_COLUMNS or len(rows[0]) <= len(RUN_COLUMNS):
+        raise PrivsiloError(f"merge: {path} is not a privsilo sweep runs.csv (expected axis columns, then {', '.join(RUN_COLUMNS)})")
+    axes = rows[0][: -len(RUN_COLUMNS)]
+    runs = []
+    for row in rows[1:]:
+        labels, values = row[: len(axes)], row[len(axes):]
+        fields = dict(zip(RUN_COLUMNS, values))
+        number = {k: None if v == "" else float(v) for k, v in fields.items() if k != "seed"}
+        runs.append(SweepRun(labels=dict(zip(axes, labels)), seed=int(fields["seed"]), **number))
+    return axes, runs
+
+
 def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_path: Path, md_path: Path) -> None:
     """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals)."""
     with csv_path.open("w", newline="") as handle:
@@ -297,4 +313,4 @@ def rebuild_accountant(result: Any) -> Any:
     return accountant
 
 
-__all__ = ["Grid", "SweepResult", "SweepRun", "load_grid", "rebuild_accountant", "summarise", "sweep"]
+__all__ = ["Grid", "SweepResult", "SweepRun", "load_grid", "read_runs_csv", "rebuild_accountant", "summarise", "sweep"]

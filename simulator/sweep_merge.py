@@ -8,31 +8,14 @@ from the first directory that has them.
 """
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 from typing import Sequence
 
 from simulator.errors import PrivsiloError
-from simulator.sweep import RUN_COLUMNS, SweepRun, summarise, write_tables
+from simulator.sweep import SweepRun, read_runs_csv, summarise, write_tables
 
 COPIED_PLOTS = ("epsilon_curve.png", "budget_vs_spent.png")
-
-
-def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
-    """The axes and runs of a sweep's ``runs.csv`` (empty cells -> None)."""
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle))
-    if not rows or tuple(rows[0][-len(RUN_COLUMNS):]) != RUN_COLUMNS or len(rows[0]) <= len(RUN_COLUMNS):
-        raise PrivsiloError(f"merge: {path} is not a privsilo sweep runs.csv (expected axis columns, then {', '.join(RUN_COLUMNS)})")
-    axes = rows[0][: -len(RUN_COLUMNS)]
-    runs = []
-    for row in rows[1:]:
-        labels, values = row[: len(axes)], row[len(axes):]
-        fields = dict(zip(RUN_COLUMNS, values))
-        number = {k: None if v == "" else float(v) for k, v in fields.items() if k != "seed"}
-        runs.append(SweepRun(labels=dict(zip(axes, labels)), seed=int(fields["seed"]), **number))
-    return axes, runs
 
 
 def merge_sweeps(sweep_dirs: Sequence[Path], *, out_dir: Path, title: str | None = None) -> tuple[list[str], list[SweepRun], list[dict]]:
@@ -69,4 +52,4 @@ def merge_sweeps(sweep_dirs: Sequence[Path], *, out_dir: Path, title: str | None
     return axes, runs, table
 
 
-__all__ = ["merge_sweeps", "read_runs_csv"]
+__all__ = ["merge_sweeps"]
