@@ -17,11 +17,19 @@ Each round ``r`` with participants ``P`` then runs the paper's masked-input and 
 4. unmasking (``SecAggServer.combine``): the server adds the ``y_i`` modulo 2^64; every pairwise mask appears
    once with each sign and cancels, leaving ``sum_i encode(x_i)``, which it decodes (``FixedPointCodec``).
 
+Minimum participants. A sum of one vector is that vector, and a sum of few reveals correspondingly much, so
+both sides take ``min_participants`` (at least 2, the default): a silo refuses to mask for a smaller round,
+and the server refuses to combine one. The simulator's server skips such rounds before anyone trains.
+
+Range. Both sides share a ``FixedPointCodec`` built for sums of up to the federation's number of silos; it
+reserves headroom bits, so a sum of in-range encodings never wraps and an out-of-range one (a silo that skipped
+the codec's check) is caught when the server decodes (``EncodingOverflowError``).
+
 Threat model: an honest-but-curious server and honest-but-curious silos that follow the protocol; no silo
 drops out between sampling and upload. Each ``y_i`` is uniformly distributed modulo 2^64 to anyone who does
 not know a pairwise key of ``i`` (ChaCha20 being a PRF), so the server, which holds only public keys and
 masked vectors, learns nothing beyond the sum. A coalition of the server with silos learns at most the sum of
-the other participants' vectors. A round with a single participant carries no mask: its vector is the sum.
+the other participants' vectors (with ``P`` minus one colluding silos, the last one's vector).
 
 Limits of this simulator: the server samples the participants of a round *before* training and tells every
 participant the list, and all of them must upload. The paper's double masking and Shamir sharing of mask
@@ -138,19 +146,47 @@ def _check_silo_id(silo_id: int) -> None:
         raise ValueError(f"silo ids must be non-negative ints below 2^63, got {silo_id!r}")
 
 
+def _check_minimum(min_participants: int, codec: FixedPointCodec) -> None:
+    if isinstance(min_participants, bool) or not isinstance(min_participants, int) or min_participants < 2:
+        raise ValueError(f"min_participants must be an int >= 2 (one vector is its own sum), got {min_participants!r}")
+    if min_participants > codec.max_summands:
+        raise ValueError(f"min_participants {min_participants} exceeds the codec's max_summands {codec.max_summands}")
+
+
+def _check_round_size(participants: tuple[int, ...], *, min_participants: int, codec: FixedPointCodec, who: str) -> None:
+    """Refuse a round of fewer than ``min_participants`` or more than the codec has headroom for."""
+    if len(participants) < min_participants:
+        raise ProtocolStateError(
+            f"{who}: a round of {len(participants)} participant(s) is below the minimum of {min_participants}; "
+            "a sum of so few vectors would reveal them"
+        )
+    if len(participants) > codec.max_summands:
+        raise ProtocolStateError(
+            f"{who}: {len(participants)} participants exceed the codec's headroom for {codec.max_summands} summands"
+        )
+
+
 class SecAggSilo(SiloProtocol):
     """Silo side of pairwise-masking secure aggregation.
 
     ``private_key`` defaults to a fresh X25519 key drawn from the operating system's CSPRNG; pass one only
-    to make a test reproducible. After ``AGREE_KEYS`` the silo keeps only its pairwise keys.
+    to make a test reproducible. After ``AGREE_KEYS`` the silo keeps only its pairwise keys. The silo masks
+    only for rounds of at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants.
     """
 
     def __init__(
-        self, silo_id: int, *, codec: FixedPointCodec, private_key: X25519PrivateKey | None = None
+        self,
+        silo_id: int,
+        *,
+        codec: FixedPointCodec,
+        min_participants: int = 2,
+        private_key: X25519PrivateKey | None = None,
     ) -> None:
         _check_silo_id(silo_id)
+        _check_minimum(min_participants, codec)
         self.silo_id = silo_id
         self.codec = codec
+        self.min_participants = min_participants
         self._private_key: X25519PrivateKey | None = (
             X25519PrivateKey.generate() if private_key is None else private_key
         )
@@ -191,9 +227,10 @@ class SecAggSilo(SiloProtocol):
     def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> MaskedVector:
         """Encode ``vector`` and add the pairwise masks shared with the other participants of ``round_index``.
 
-        Raises ``EncodingOverflowError`` if a sum of ``len(participants)`` such vectors could overflow the
-        codec, and ``ProtocolStateError`` before setup, for a round index not above the last one used, or for
-        participants that omit this silo or name a silo without a key.
+        Raises ``EncodingOverflowError`` if a value lies outside the codec's range, and ``ProtocolStateError``
+        before setup, for a round index not above the last one used, for fewer than ``min_participants`` or more
+        than ``codec.max_summands`` participants, or for participants that omit this silo or name a silo
+        without a key.
         """
         if self._next_stage is not None:
             raise ProtocolStateError(f"silo {self.silo_id}: protect called before setup finished")
@@ -206,13 +243,15 @@ class SecAggSilo(SiloProtocol):
         members = check_participants(participants)
         if self.silo_id not in members:
             raise ProtocolStateError(f"silo {self.silo_id} is not among the participants {participants!r}")
+        _check_round_size(
+            participants, min_participants=self.min_participants, codec=self.codec, who=f"silo {self.silo_id}"
+        )
         unknown = sorted(members - self._pairwise_keys.keys() - {self.silo_id})
         if unknown:
             raise ProtocolStateError(f"silo {self.silo_id}: no pairwise key with participants {unknown}")
         values = np.asarray(vector, dtype=np.float64)
         if values.ndim != 1:
             raise ValueError(f"expected a flat vector, got shape {values.shape}")
-        self.codec.check_sum_fits(values, summands=len(participants))
         masked = self.codec.encode(values)
         for peer_id in members - {self.silo_id}:
             mask = mask_stream(self._pairwise_keys[peer_id], round_index=round_index, length=masked.size)
@@ -227,13 +266,16 @@ class SecAggSilo(SiloProtocol):
 class SecAggServer(ServerProtocol):
     """Server side of pairwise-masking secure aggregation: relays public keys, adds masked vectors.
 
-    It only ever holds public keys and masked vectors.
+    It only ever holds public keys and masked vectors, and combines only rounds of at least
+    ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants.
     """
 
     setup_stages: ClassVar[tuple[enum.Enum, ...]] = tuple(SecAggStage)
 
-    def __init__(self, *, codec: FixedPointCodec) -> None:
+    def __init__(self, *, codec: FixedPointCodec, min_participants: int = 2) -> None:
+        _check_minimum(min_participants, codec)
         self.codec = codec
+        self.min_participants = min_participants
         self._next_stage: SecAggStage | None = SecAggStage.ADVERTISE_KEYS
         self._directory = KeyDirectory(public_keys={})
 
@@ -276,9 +318,14 @@ class SecAggServer(ServerProtocol):
     def combine(
         self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
     ) -> np.ndarray:
-        """Add the participants' ``MaskedVector`` messages modulo 2^64 (masks cancel) and decode the sum."""
+        """Add the participants' ``MaskedVector`` messages modulo 2^64 (masks cancel) and decode the sum.
+
+        Raises ``ProtocolStateError`` for a round below ``min_participants`` (defence in depth: the engine skips
+        such rounds) and ``EncodingOverflowError`` if the decoded sum is out of range (an unchecked encoding).
+        """
         if self._next_stage is not None:
             raise ProtocolStateError("server: combine called before setup finished")
+        _check_round_size(participants, min_participants=self.min_participants, codec=self.codec, who="server")
         unknown = sorted(set(participants) - self._directory.public_keys.keys())
         if unknown:
             raise ProtocolStateError(f"server: participants {unknown} took no part in key agreement")
@@ -295,4 +342,4 @@ class SecAggServer(ServerProtocol):
         total = np.zeros(length, dtype=np.uint64)
         for masked in masked_vectors:
             total += masked.data
-        return self.codec.decode(total)
+        return self.codec.decode(total, summands=len(masked_vectors))

@@ -29,7 +29,7 @@ from protocols.secure_aggregation import (
 )
 
 SILO_IDS = (0, 1, 2, 3, 4)
-CODEC = FixedPointCodec()
+CODEC = FixedPointCodec(max_summands=len(SILO_IDS))
 
 
 def fixed_private_key(silo_id: int, *, seed: bytes = b"test") -> X25519PrivateKey:
@@ -93,12 +93,12 @@ def test_every_setup_stage_transition_with_real_keys() -> None:
     np.testing.assert_array_equal(aggregate(silos, server, vectors, round_index=0), np.full(3, 10.0))
 
 
-@pytest.mark.parametrize("participants", [SILO_IDS, (0, 2, 4), (4, 1), (3,)])
-@pytest.mark.parametrize("codec", [CODEC, FixedPointCodec(fractional_bits=16, modulus_bits=48)], ids=repr)
+@pytest.mark.parametrize("participants", [SILO_IDS, (0, 2, 4), (4, 1)])
+@pytest.mark.parametrize("codec", [CODEC, FixedPointCodec(fractional_bits=16, modulus_bits=48, max_summands=5)], ids=repr)
 def test_combine_equals_the_plain_sum(participants: tuple[int, ...], codec: FixedPointCodec) -> None:
     silos, server = set_up(codec=codec)
     rng = np.random.default_rng(20240601)
-    largest = 0.9 * codec.max_abs_sum / len(participants)
+    largest = codec.max_abs_value
     for round_index in range(3):
         vectors = {
             i: np.concatenate(
@@ -107,11 +107,73 @@ def test_combine_equals_the_plain_sum(participants: tuple[int, ...], codec: Fixe
             for i in participants
         }
         total = aggregate(silos, server, vectors, round_index=round_index)
-        exact = codec.decode(sum(codec.encode(vector) for vector in vectors.values()))
+        exact = codec.decode(sum(codec.encode(vector) for vector in vectors.values()), summands=len(participants))
         np.testing.assert_array_equal(total, exact)
         plain_sum = np.sum(list(vectors.values()), axis=0)
         float_slack = 4 * len(participants) * np.spacing(np.abs(plain_sum) + largest)
         assert np.all(np.abs(total - plain_sum) <= len(participants) * codec.precision / 2 + float_slack)
+
+
+def test_neither_side_handles_a_round_below_the_minimum() -> None:
+    """Defence in depth: a sum of one masked vector is the vector, so the silo refuses to mask for a round below
+    ``min_participants`` and the server refuses to combine one, whatever the caller does."""
+    silos, server = set_up()
+    vector = np.array([0.25, -3.0])
+    with pytest.raises(ProtocolStateError, match="below the minimum of 2"):
+        silos[3].protect(vector, round_index=0, participants=(3,))
+    # What a silo without the check would send for a one-silo round: its encoding, unmasked.
+    unmasked = MaskedVector(sender=3, round_index=0, data=CODEC.encode(vector))
+    with pytest.raises(ProtocolStateError, match="below the minimum of 2"):
+        server.combine({3: unmasked}, round_index=0, participants=(3,))
+
+    strict = {i: SecAggSilo(i, codec=CODEC, min_participants=3, private_key=fixed_private_key(i)) for i in SILO_IDS}
+    strict_server = SecAggServer(codec=CODEC, min_participants=3)
+    run_setup(strict, strict_server)
+    with pytest.raises(ProtocolStateError, match="round of 2 participant\\(s\\) is below the minimum of 3"):
+        strict[0].protect(vector, round_index=0, participants=(0, 1))
+    pair = {i: silos[i].protect(vector, round_index=1, participants=(0, 1)) for i in (0, 1)}
+    with pytest.raises(ProtocolStateError, match="below the minimum of 3"):
+        strict_server.combine(pair, round_index=1, participants=(0, 1))
+    np.testing.assert_array_equal(
+        aggregate(strict, strict_server, {0: vector, 1: vector, 4: vector}, round_index=2), 3 * vector
+    )
+
+
+@pytest.mark.parametrize("min_participants", [1, 0, 6, True, 2.0])
+def test_the_minimum_must_be_at_least_two_and_within_the_codecs_headroom(min_participants) -> None:
+    with pytest.raises(ValueError, match="min_participants"):
+        SecAggSilo(0, codec=CODEC, min_participants=min_participants)
+    with pytest.raises(ValueError, match="min_participants"):
+        SecAggServer(codec=CODEC, min_participants=min_participants)
+
+
+def test_rounds_larger_than_the_codecs_headroom_are_refused() -> None:
+    codec = FixedPointCodec(max_summands=2)
+    silos, server = set_up((0, 1, 2), codec=codec)
+    with pytest.raises(ProtocolStateError, match="headroom for 2 summands"):
+        silos[0].protect(np.ones(2), round_index=0, participants=(0, 1, 2))
+    messages = {i: silos[i].protect(np.ones(2), round_index=1, participants=(i, (i + 1) % 3)) for i in (0, 1, 2)}
+    with pytest.raises(ProtocolStateError, match="headroom for 2 summands"):
+        server.combine(messages, round_index=1, participants=(0, 1, 2))
+
+
+def test_the_server_detects_an_unchecked_encoding_that_wrapped_the_sum() -> None:
+    """A silo that skips the range check: its masked upload looks like any other, but the decoded sum falls
+    outside the range of n in-range encodings, and the server refuses it instead of returning a wrapped sum."""
+    silos, server = set_up()
+    participants = (0, 1)
+    honest = silos[0].protect(np.array([1.0, CODEC.max_abs_value]), round_index=0, participants=participants)
+    rogue_value = np.array([1.0, 2**CODEC.margin_bits * CODEC.max_abs_value])
+    # Silo 1's masked input, built by hand without the range check (its codec would refuse the value).
+    unchecked = FixedPointCodec(fractional_bits=CODEC.fractional_bits, margin_bits=0).encode(rogue_value)
+    key = derive_pairwise_key(
+        private_key=fixed_private_key(1), peer_public_key=public_bytes(fixed_private_key(0)), own_id=1, peer_id=0
+    )
+    rogue = MaskedVector(sender=1, round_index=0, data=unchecked - mask_stream(key, round_index=0, length=2))
+    with pytest.raises(EncodingOverflowError, match="decoded sum of 2 encoding"):
+        server.combine({0: honest, 1: rogue}, round_index=0, participants=participants)
+    with pytest.raises(EncodingOverflowError, match="outside the range"):
+        silos[1].protect(rogue_value, round_index=0, participants=participants)
 
 
 def test_masked_vectors_differ_from_encodings_and_look_uniform() -> None:
@@ -173,7 +235,7 @@ def test_mask_stream_is_the_rfc8439_chacha20_keystream() -> None:
 def test_silo_rejects_out_of_order_calls() -> None:
     silo = SecAggSilo(0, codec=CODEC)
     with pytest.raises(ProtocolStateError, match="before setup"):
-        silo.protect(np.zeros(2), round_index=0, participants=(0,))
+        silo.protect(np.zeros(2), round_index=0, participants=(0, 1))
     with pytest.raises(ProtocolStateError, match="expected"):
         silo.setup_reply(SecAggStage.AGREE_KEYS, KeyDirectory(public_keys={}))
     with pytest.raises(ProtocolStateError, match="no inbound"):
@@ -199,7 +261,7 @@ def test_silo_rejects_bad_participants_and_reused_rounds() -> None:
     with pytest.raises(ProtocolStateError, match="round_index"):
         silo.protect(np.zeros(2), round_index=-1, participants=(1, 2))
     with pytest.raises(EncodingOverflowError):
-        silo.protect(np.array([CODEC.max_abs_sum / 2]), round_index=0, participants=(1, 2, 3))
+        silo.protect(np.array([2 * CODEC.max_abs_value]), round_index=0, participants=(1, 2, 3))
     silo.protect(np.zeros(2), round_index=5, participants=(1, 2))
     for reused in (5, 4):
         with pytest.raises(ProtocolStateError, match="masks cannot be reused"):
@@ -213,7 +275,7 @@ def test_server_rejects_out_of_order_and_malformed_setup() -> None:
     advertisements = {i: silo.setup_reply(SecAggStage.ADVERTISE_KEYS, None) for i, silo in silos.items()}
     server = SecAggServer(codec=CODEC)
     with pytest.raises(ProtocolStateError, match="before setup"):
-        server.combine({}, round_index=0, participants=(0,))
+        server.combine({}, round_index=0, participants=(0, 1))
     with pytest.raises(ProtocolStateError, match="expected"):
         server.relay(SecAggStage.AGREE_KEYS, {})
     with pytest.raises(ProtocolStateError, match="same public key"):
@@ -292,7 +354,7 @@ def test_plain_sum_protocol() -> None:
 
 def test_masking_a_million_entries_for_ten_participants_runs() -> None:
     participants = tuple(range(10))
-    silos, server = set_up(participants)
+    silos, server = set_up(participants, codec=FixedPointCodec(max_summands=10))
     vector = np.linspace(-5.0, 5.0, 10**6)
     total = aggregate(silos, server, {i: vector for i in participants}, round_index=0)
     assert np.max(np.abs(total - 10 * vector)) <= 10 * CODEC.precision
