@@ -1,8 +1,9 @@
 """The Ray actors: one server, one per silo. Each is a thin shell around pure mechanism and protocol code.
 
 The server coordinates: it samples the round's participants (client-level Poisson sampling with rate
-``client_rate``), broadcasts, collects the silos' protected contributions, lets the protocol combine them,
-applies the mechanism's aggregation and evaluates. Protocol set-up stages are relayed through the server.
+``client_rate``; a round with fewer than ``protocol.min_participants`` sampled silos is skipped), broadcasts,
+collects the silos' protected contributions, lets the protocol combine them, applies the mechanism's
+aggregation and evaluates. Protocol set-up stages are relayed through the server.
 """
 from __future__ import annotations
 
@@ -24,16 +25,65 @@ from simulator.models import build_model
 from simulator.scenario import ProtocolConfig, Scenario
 
 
-def _silo_protocol(config: ProtocolConfig, silo_id: int) -> SiloProtocol:
+def _secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
+    """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
+    return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
+
+
+def _silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
     if config.secure_aggregation:
-        return SecAggSilo(silo_id, codec=FixedPointCodec(fractional_bits=config.fractional_bits))
+        codec = _secure_aggregation_codec(config, num_silos=num_silos)
+        return SecAggSilo(silo_id, codec=codec, min_participants=config.min_participants)
     return PlainSumSilo(silo_id)
 
 
-def _server_protocol(config: ProtocolConfig) -> ServerProtocol:
+def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
     if config.secure_aggregation:
-        return SecAggServer(codec=FixedPointCodec(fractional_bits=config.fractional_bits))
+        codec = _secure_aggregation_codec(config, num_silos=num_silos)
+        return SecAggServer(codec=codec, min_participants=config.min_participants)
     return PlainSumServer()
+
+
+def sample_participants(
+    rng: np.random.Generator, *, num_silos: int, client_rate: float, min_participants: int
+) -> tuple[int, ...]:
+    """Client-level Poisson sampling with a minimum round size: the round's participants, or ``()`` to skip it.
+
+    Each silo is sampled independently with probability ``client_rate`` (lambda), one uniform draw per silo per
+    round whatever the outcome; if fewer than ``min_participants`` (m >= 1) silos are sampled, nobody trains and
+    the round is skipped. Silo i therefore trains in a round with probability
+    ``lambda' = lambda * P[Binomial(N - 1, lambda) >= m - 1] <= lambda``, decided by the server's coins alone.
+
+    Accounting (Liu et al., CCS 2024, Lemma 6, third-party view): given the past, a round's output under
+    neighbouring data D, D' (one record of silo i differs) is the mixture ``(1 - lambda') Q + lambda' P_D``, where
+    Q, the output when silo i does not train (not sampled, or round skipped), is the same under D and D', and
+    ``D_a(P_D || P_D') <= rho_tau`` (silo i's tau local steps; the other silos' part is data-independent
+    post-processing). Joint convexity of ``exp((a - 1) D_a)`` gives
+    ``D_a <= log(1 - lambda' + lambda' exp((a - 1) rho_tau)) / (a - 1)``, which is nondecreasing in lambda'
+    because ``exp((a - 1) rho_tau) >= 1``; so the bound computed with lambda still holds for every order a, and
+    T rounds compose as before. The skip flag is a function of the coins that is constant (not skipped) when
+    silo i trains, so publishing it changes nothing; publishing who was sampled would forfeit the
+    amplification, as it always does. Realised accounting (dp_sgd, rPDP's budget accountant) counts only rounds
+    actually run: a skipped round has no privacy event.
+    """
+    chosen = np.flatnonzero(rng.random(num_silos) < client_rate)
+    if chosen.size < min_participants:
+        return ()
+    return tuple(int(i) for i in chosen)
+
+
+def _get_all(refs: list[Any]) -> list[Any]:
+    """``ray.get`` every ref, then raise the first failure. ``ray.get(refs)`` would stop at the first failure and
+    leave the others unretrieved, which Ray later prints as "unhandled error" tracebacks on the driver."""
+    results, failure = [], None
+    for ref in refs:
+        try:
+            results.append(ray.get(ref))
+        except ray.exceptions.RayTaskError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return results
 
 
 def _limit_threads(num_cpus: float) -> None:
@@ -82,7 +132,7 @@ class SiloActor:
             self.mechanism = mechanism.silo(context)
         except PrivacyBudgetError as exc:  # raised again by info(), so the driver can say it in one line
             self.refusal = exc
-        self.protocol = _silo_protocol(scenario.protocol, silo_id)
+        self.protocol = _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
 
     def info(self) -> SiloInfo:
         if self.refusal is not None:
@@ -133,13 +183,14 @@ class ServerActor:
         _limit_threads(scenario.resources.server.num_cpus)
         self.silos = silos
         self.client_rate = scenario.federation.client_rate
+        self.min_participants = scenario.protocol.min_participants
         self.rng = np.random.default_rng(seed)
         self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
         self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server()
-        self.protocol = _server_protocol(scenario.protocol)
+        self.protocol = _server_protocol(scenario.protocol, num_silos=len(silos))
         self.inbox: dict[int, Any] = {}
 
     def setup(self) -> None:
@@ -149,19 +200,19 @@ class ServerActor:
             replies = ray.get([silo.setup_reply.remote(stage, inbound.get(i)) for i, silo in enumerate(self.silos)])
             inbound = dict(self.protocol.relay(stage, dict(enumerate(replies))))
 
-    def sample_participants(self) -> tuple[int, ...]:
-        """Client-level Poisson sampling: each silo takes part independently with probability client_rate."""
-        chosen = self.rng.random(len(self.silos)) < self.client_rate
-        return tuple(int(i) for i in np.flatnonzero(chosen))
-
     def run_round(self, round_index: int) -> RoundReport:
+        """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates."""
         start = time.perf_counter()
-        participants = self.sample_participants()
-        # Stored once in the object store; every participant reads the same copy.
-        broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state))
-        updates: list[SiloUpdate] = ray.get([self.silos[i].train.remote(broadcast) for i in participants])
-        self.inbox = {u.sender: u.payload for u in updates}
+        participants = sample_participants(
+            self.rng, num_silos=len(self.silos), client_rate=self.client_rate, min_participants=self.min_participants
+        )
+        updates: list[SiloUpdate] = []
+        self.inbox = {}
         if participants:
+            # Stored once in the object store; every participant reads the same copy.
+            broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state))
+            updates = _get_all([self.silos[i].train.remote(broadcast) for i in participants])
+            self.inbox = {u.sender: u.payload for u in updates}
             total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
             self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
         loss, accuracy = self.evaluate()

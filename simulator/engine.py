@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from contextlib import ExitStack
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
 from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
+from protocols.fixed_point import EncodingOverflowError
 from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ray_session
 from simulator.data import Dataset, load_dataset
@@ -201,8 +203,18 @@ class Federation:
         self.timing.update(data_seconds=t_data - t0, setup_seconds=time.perf_counter() - t_data)
 
     def run_round(self, round_index: int) -> RoundReport:
-        """Run one round on the server actor and return its report."""
-        return ray.get(self.server.run_round.remote(round_index))
+        """Run one round on the server actor and return its report.
+
+        A secure-aggregation overflow in a silo or in the server's decoding surfaces as a one-line
+        ``ScenarioError`` naming the setting to change, not as Ray's nested traceback.
+        """
+        try:
+            return ray.get(self.server.run_round.remote(round_index))
+        except ray.exceptions.RayTaskError as exc:
+            cause = _root_cause(exc)
+            if isinstance(cause, EncodingOverflowError):
+                raise _overflow_as_scenario_error(self.scenario, cause) from None
+            raise
 
     def server_inbox(self) -> dict[int, Any]:
         """The protocol messages the server received in the last round, by silo id."""
@@ -259,6 +271,28 @@ def _wait_for_actors(refs: list[Any]) -> list[SiloInfo]:
         if isinstance(exc.cause, PrivacyBudgetError):
             raise PrivsiloError(str(exc.cause)) from None
         raise
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The exception a remote task raised, through any Ray task errors that wrap it (a silo's error reaches the
+    driver wrapped twice: by the silo's task and by the server's)."""
+    while isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None:
+        exc = exc.cause
+    return exc
+
+
+def _overflow_as_scenario_error(scenario: Scenario, error: EncodingOverflowError) -> ScenarioError:
+    if not math.isfinite(error.value):
+        return ScenarioError(
+            "federation.lr", scenario.federation.lr,
+            "training diverged: a silo's update holds NaN or infinite values, which secure aggregation cannot "
+            "encode; lower the learning rate",
+        )
+    return ScenarioError(
+        "protocol.fractional_bits", scenario.protocol.fractional_bits,
+        f"secure aggregation overflowed: {error}; each fractional bit fewer doubles the range, or make the "
+        "updates smaller (e.g. a lower federation.lr)",
+    )
 
 
 def _warn_gpu_fallback(placement: tuple[SiloInfo, ...]) -> None:

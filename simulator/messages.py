@@ -57,7 +57,11 @@ class SiloInfo:
 
 @dataclass(frozen=True)
 class RoundReport:
-    """Server -> driver: what happened in one round."""
+    """Server -> driver: what happened in one round.
+
+    ``participants`` are the silos that trained; none means the round was skipped (fewer silos sampled than
+    ``protocol.min_participants``): no broadcast, no training, no privacy events, the model unchanged.
+    """
 
     round_index: int
     participants: tuple[int, ...]
@@ -66,3 +70,8 @@ class RoundReport:
     events: Mapping[int, tuple[PrivacyEvent, ...]]
     train_loss: float
     seconds: float
+
+    @property
+    def skipped(self) -> bool:
+        """True when nobody trained: fewer silos were sampled than ``protocol.min_participants``."""
+        return not self.participants

@@ -24,7 +24,9 @@ import torch  # noqa: E402
 if TYPE_CHECKING:
     from simulator.engine import RunResult
 
-METRICS_COLUMNS = ("round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds")
+METRICS_COLUMNS = (
+    "round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds", "skipped"
+)
 
 
 @contextmanager
@@ -86,7 +88,8 @@ def _json_safe(value: Any) -> Any:
 
 
 def write_metrics_csv(result: RunResult, path: Path) -> None:
-    """One row per round; participants are listed as silo ids joined by ';'."""
+    """One row per round; participants are listed as silo ids joined by ';'; ``skipped`` is ``true`` for a round
+    with fewer sampled silos than ``protocol.min_participants`` (no participants, no training)."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(METRICS_COLUMNS)
@@ -102,6 +105,7 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                     "" if math.isnan(report.train_loss) else repr(report.train_loss),
                     "" if record.epsilon is None else repr(record.epsilon),
                     f"{report.seconds:.4f}",
+                    "true" if report.skipped else "false",
                 ]
             )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from mechanisms.base import MechanismParams
 from mechanisms.registry import MECHANISMS
@@ -47,6 +47,16 @@ class FederationConfig(_Block):
 class ProtocolConfig(_Block):
     secure_aggregation: bool = False
     fractional_bits: int = Field(24, ge=8, le=40)
+    min_participants: int = Field(1, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_min_participants(cls, data: Any) -> Any:
+        """An absent (or null) ``min_participants`` is 2 with secure aggregation (one masked vector is its own
+        sum) and 1 without."""
+        if isinstance(data, dict) and data.get("min_participants") is None:
+            return {**data, "min_participants": 2 if data.get("secure_aggregation") is True else 1}
+        return data
 
 
 class ActorResources(_Block):
@@ -177,10 +187,27 @@ def _check_consistency(scenario: Scenario) -> None:
     mechanism = MECHANISMS[scenario.mechanism.name]
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
+    _check_protocol(scenario)
     for role in ("server", "silo"):
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):
             raise ScenarioError(f"resources.{role}.num_gpus", gpus, "must be a fraction <= 1 or a whole number")
+
+
+def _check_protocol(scenario: Scenario) -> None:
+    """``protocol.min_participants`` against secure aggregation and the number of silos."""
+    protocol, silos = scenario.protocol, scenario.data.silos
+    if protocol.secure_aggregation and protocol.min_participants < 2:
+        raise ScenarioError(
+            "protocol.min_participants", protocol.min_participants,
+            "secure aggregation needs at least 2 (a round of one silo would hand the server its update unmasked)",
+        )
+    if protocol.min_participants > silos:
+        raise ScenarioError(
+            "protocol.min_participants", protocol.min_participants,
+            f"must not exceed data.silos = {silos}, or every round would be skipped"
+            + (" (secure aggregation needs 2, so at least 2 silos)" if protocol.secure_aggregation else ""),
+        )
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:

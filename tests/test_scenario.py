@@ -122,3 +122,20 @@ def test_list_names_everything(capsys):
     out = capsys.readouterr().out
     for name in ("dp_sgd", "none", "digits", "heart_disease", "mnist", "cnn", "dirichlet", "secure_aggregation"):
         assert name in out
+
+
+def test_min_participants_defaults_to_two_with_secure_aggregation_and_is_checked(capsys):
+    assert validate_scenario(small_scenario(protocol={"secure_aggregation": True})).protocol.min_participants == 2
+    assert validate_scenario(small_scenario(protocol={"secure_aggregation": False})).protocol.min_participants == 1
+    resolved = validate_scenario(small_scenario(protocol={"secure_aggregation": True, "min_participants": 3}))
+    assert resolved.to_dict()["protocol"]["min_participants"] == 3
+    secagg = str(REPO / "scenarios" / "quickstart_secagg.yaml")  # 5 silos
+    for setting, allowed in [("protocol.min_participants=6", "must not exceed data.silos = 5"),
+                             ("protocol.min_participants=1", "secure aggregation needs at least 2"),
+                             ("protocol.min_participants=0", "greater than or equal to 1")]:
+        assert main(["validate", secagg, "--set", setting]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"privsilo: error: protocol.min_participants: got {setting[-1]}; ")
+        assert allowed in err
+    assert main(["validate", secagg, "--set", "data.silos=1"]) == 2
+    assert "protocol.min_participants: got 2; must not exceed data.silos = 1" in capsys.readouterr().err
