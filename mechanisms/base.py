@@ -137,6 +137,11 @@ class Mechanism(ABC):
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""
         return NoGuarantee()
 
+    def assumed_public(self) -> tuple[str, ...]:
+        """Data-dependent quantities the guarantee treats as public, i.e. does not protect (``summary.json``
+        ``privacy.assumed_public``). Mechanisms whose parameters make such a quantity public override this."""
+        return ()
+
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:
     """Flatten a model's parameters (in ``named_parameters`` order) into one float64 vector."""
