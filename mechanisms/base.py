@@ -48,7 +48,11 @@ class LocalTraining:
 
 @dataclass(frozen=True)
 class SiloContext:
-    """Everything a silo-side mechanism may use. All randomness comes from ``generator``."""
+    """Everything a silo-side mechanism may use. All randomness comes from ``generator``.
+
+    Draws made while ``Mechanism.silo`` builds the silo object (e.g. rPDP's budgets) are public; with the
+    scenario's ``secure_rng`` the generator is re-keyed from OS entropy right after, for sampling and noise.
+    """
 
     silo_id: int
     record_ids: np.ndarray  # indices of this silo's records in the dataset's training set

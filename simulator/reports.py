@@ -25,6 +25,7 @@ from mechanisms.registry import mechanism_class  # noqa: E402
 
 if TYPE_CHECKING:
     from simulator.engine import RunResult
+    from simulator.scenario import Scenario
 
 METRICS_COLUMNS = ("round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds")
 
@@ -69,6 +70,7 @@ def summary(result: RunResult) -> dict[str, Any]:
         "config": result.scenario.to_dict(),
         "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
         "privacy": _privacy(result),
+        "randomness": _randomness(result.scenario),
         "timing": dict(result.timing),
         "placement": [
             {"silo": p.silo_id, "records": p.num_records, "node_id": p.node_id, "gpu_ids": list(p.gpu_ids), "device": p.device}
@@ -85,6 +87,16 @@ def _privacy(result: RunResult) -> dict[str, Any]:
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         privacy["assumed_public"] = list(mechanism.assumed_public())
     return privacy
+
+
+def _randomness(scenario: Scenario) -> dict[str, Any]:
+    """Where the silos' sampling and noise came from, and whether the run can be repeated bit for bit."""
+    secure = scenario.secure_rng
+    if secure:
+        source = "OS entropy, never recorded (secure_rng); partition, model init, client sampling: from the seed"
+    else:
+        source = "derived from the seed: anyone who knows it can replay every silo's sampling and noise"
+    return {"secure_rng": secure, "bit_reproducible": not secure, "silo_sampling_and_noise": source}
 
 
 def _json_safe(value: Any) -> Any:
