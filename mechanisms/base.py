@@ -48,7 +48,11 @@ class LocalTraining:
 
 @dataclass(frozen=True)
 class SiloContext:
-    """Everything a silo-side mechanism may use. All randomness comes from ``generator``."""
+    """Everything a silo-side mechanism may use. All randomness comes from ``generator``.
+
+    Draws made while ``Mechanism.silo`` builds the silo object (e.g. rPDP's budgets) are public; with the
+    scenario's ``secure_rng`` the generator is re-keyed from OS entropy right after, for sampling and noise.
+    """
 
     silo_id: int
     record_ids: np.ndarray  # indices of this silo's records in the dataset's training set
@@ -136,6 +140,11 @@ class Mechanism(ABC):
     def accountant(self) -> PrivacyAccountant:
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""
         return NoGuarantee()
+
+    def assumed_public(self) -> tuple[str, ...]:
+        """Data-dependent quantities the guarantee treats as public, i.e. does not protect (``summary.json``
+        ``privacy.assumed_public``). Mechanisms whose parameters make such a quantity public override this."""
+        return ()
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:

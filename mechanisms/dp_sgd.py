@@ -2,13 +2,16 @@
 
 Neighbouring relation: two federations are neighbours if one silo's dataset differs by adding or removing one
 record (records of different silos are disjoint). Per local step a silo Poisson-samples its ``n`` records with
-rate ``q = min(1, batch_size / n)``, clips every per-record gradient to L2 norm ``C`` (so the clipped sum has
-sensitivity ``C``), adds ``N(0, (sigma C)^2 I)`` and divides by the public ``batch_size`` (the expected batch
-size ``q n`` when ``batch_size <= n``; dividing by the realised size would make the divisor data-dependent).
-Each round is therefore ``local_steps`` compositions of the Poisson-subsampled Gaussian mechanism with noise
-multiplier ``sigma`` (Mironov et al. 2019), reported as one :class:`PoissonGaussianEvent` and accounted by
-``mechanisms.accounting``. The upload is a post-processing of the noisy steps; silos are averaged with equal,
-data-independent weights (a weight ``n`` would reveal the record count).
+rate ``q``, clips every per-record gradient to L2 norm ``C`` (so the clipped sum has sensitivity ``C``), adds
+``N(0, (sigma C)^2 I)`` and divides by the public ``batch_size`` (dividing by the realised batch size would make
+the divisor data-dependent). By default ``q = min(1, batch_size / n)`` (Abadi et al.; the divisor is then the
+expected batch size ``q n``): the rate depends on the record count ``n``, which the events reveal and the
+guarantee treats as public. ``sampling_rate`` fixes ``q`` instead; nothing in a step then depends on ``n``
+(``batch_size`` is only the public divisor, best set near ``q n``). Each round is therefore ``local_steps``
+compositions of the Poisson-subsampled Gaussian mechanism with noise multiplier ``sigma`` (Mironov et al. 2019),
+reported as one :class:`PoissonGaussianEvent` and accounted by ``mechanisms.accounting``. The upload is a
+post-processing of the noisy steps; silos are averaged with equal, data-independent weights (a weight ``n`` would
+reveal the record count).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from mechanisms.per_sample import noisy_sgd_step
 # Every participating silo weighs the same in the average: weighting by the silo's record count would put an
 # un-noised count in every upload, which tells add/remove-one neighbours apart.
 SILO_WEIGHT = 1.0
+RECORD_COUNTS_PUBLIC = "records per silo (q = federation.batch_size / records; the events and placement show it)"
 
 
 class DpSgdParams(MechanismParams):
@@ -44,6 +48,13 @@ class DpSgdParams(MechanismParams):
     noise_multiplier: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
     max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+
+    def rate(self, *, batch_size: int, num_records: int) -> float:
+        """Poisson rate q of a local step: ``sampling_rate`` if set, else ``min(1, batch_size / n)``."""
+        if self.sampling_rate is not None:
+            return self.sampling_rate
+        return min(1.0, batch_size / num_records)
 
 
 def noisy_local_training(
@@ -83,8 +94,7 @@ class DpSgdSilo(SiloMechanism):
         (start,) = state
         load_vector_into_model(ctx.model, start)
         ctx.model.train()
-        n = ctx.labels.shape[0]
-        rate = min(1.0, ctx.training.batch_size / n)
+        rate = params.rate(batch_size=ctx.training.batch_size, num_records=ctx.labels.shape[0])
         noisy_local_training(
             ctx,
             rates=rate,
@@ -113,3 +123,8 @@ class DpSgd(Mechanism):
 
     def accountant(self) -> PrivacyAccountant:
         return RdpAccountant(delta=self.params.delta)
+
+    def assumed_public(self) -> tuple[str, ...]:
+        if self.params.sampling_rate is None:
+            return (RECORD_COUNTS_PUBLIC,)
+        return ()

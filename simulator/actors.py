@@ -23,6 +23,7 @@ from protocols.secure_aggregation import SecAggServer, SecAggSilo
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_model
 from simulator.scenario import ProtocolConfig, Scenario
+from simulator.secure_rng import reseed_from_os_entropy
 
 
 def _secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
@@ -91,7 +92,11 @@ def _limit_threads(num_cpus: float) -> None:
 
 
 class SiloActor:
-    """One silo: holds its records, trains locally through its mechanism, protects the upload."""
+    """One silo: holds its records, trains locally through its mechanism, protects the upload.
+
+    Its generator starts from ``seed``; with ``scenario.secure_rng`` it is re-keyed from OS entropy once the
+    mechanism is built, so sampling and noise cannot be replayed from the seed.
+    """
 
     def __init__(
         self,
@@ -132,6 +137,10 @@ class SiloActor:
             self.mechanism = mechanism.silo(context)
         except PrivacyBudgetError as exc:  # raised again by info(), so the driver can say it in one line
             self.refusal = exc
+        if scenario.secure_rng:
+            # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
+            # draw (sampling, noise) comes from OS entropy that is never recorded.
+            reseed_from_os_entropy(context.generator)
         self.protocol = _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
 
     def info(self) -> SiloInfo:

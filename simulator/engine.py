@@ -143,6 +143,11 @@ class Federation:
 
     Use as a context manager: entering loads the data, starts (or joins) Ray, starts the actors and runs the
     protocol set-up; leaving stops exactly the actors it started (and Ray, if it started it).
+
+    An attack script plays an adversary: it may use what that adversary sees (``server_inbox()``,
+    ``model_state()``, round reports, ``placement``) but must not read ``scenario.seed`` or anything derived
+    from it. Without ``secure_rng`` every silo's sampling and noise follow from the seed, so a script that reads
+    it replays the noise and defeats the DP guarantee by construction rather than by attack.
     """
 
     def __init__(self, scenario: Scenario | Mapping[str, Any] | str | Path) -> None:

@@ -21,8 +21,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from mechanisms.registry import mechanism_class  # noqa: E402
+
 if TYPE_CHECKING:
     from simulator.engine import RunResult
+    from simulator.scenario import Scenario
 
 METRICS_COLUMNS = (
     "round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds", "skipped"
@@ -68,13 +71,34 @@ def summary(result: RunResult) -> dict[str, Any]:
     return {
         "config": result.scenario.to_dict(),
         "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
-        "privacy": _json_safe(dict(result.privacy)),
+        "privacy": _privacy(result),
+        "randomness": _randomness(result.scenario),
         "timing": dict(result.timing),
         "placement": [
             {"silo": p.silo_id, "records": p.num_records, "node_id": p.node_id, "gpu_ids": list(p.gpu_ids), "device": p.device}
             for p in result.placement
         ],
     }
+
+
+def _privacy(result: RunResult) -> dict[str, Any]:
+    """The accountant's report plus, for a DP guarantee, the data-dependent quantities it treats as public."""
+    privacy = _json_safe(dict(result.privacy))
+    if privacy.get("guarantee") != "none":
+        scenario = result.scenario
+        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        privacy["assumed_public"] = list(mechanism.assumed_public())
+    return privacy
+
+
+def _randomness(scenario: Scenario) -> dict[str, Any]:
+    """Where the silos' sampling and noise came from, and whether the run can be repeated bit for bit."""
+    secure = scenario.secure_rng
+    if secure:
+        source = "OS entropy, never recorded (secure_rng); partition, model init, client sampling: from the seed"
+    else:
+        source = "derived from the seed: anyone who knows it can replay every silo's sampling and noise"
+    return {"secure_rng": secure, "bit_reproducible": not secure, "silo_sampling_and_noise": source}
 
 
 def _json_safe(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """Scenario files: schema, defaults, loading, ``--set`` overrides and validation.
 
-A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``data``, ``model``, ``federation``,
+A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
 ``mechanism``, ``protocol``, ``resources`` and ``ray`` (every key is documented in the README). Validation
 turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
 allowed. Scripts rely on these key names: extend the schema, never rename a key.
@@ -87,6 +87,7 @@ class Scenario(_Block):
 
     name: str = "scenario"
     seed: int = Field(0, ge=0)
+    secure_rng: bool = False
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
@@ -99,7 +100,7 @@ class Scenario(_Block):
         raw = self.model_dump(mode="json")
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
-        order = ("name", "seed", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
+        order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
         return {key: raw[key] for key in order}
 
 

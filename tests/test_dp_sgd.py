@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from mechanisms.base import LocalTraining, SiloContext, model_to_vector
-from mechanisms.dp_sgd import DpSgd
+from mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC, DpSgd, DpSgdParams
 from mechanisms.events import PoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer
 
@@ -84,15 +84,9 @@ def test_without_noise_clipping_or_sampling_it_is_full_batch_gradient_descent() 
     assert contribution.events == (PoissonGaussianEvent(sampling_rate=1.0, noise_multiplier=0.0, steps=4),)
 
 
-def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> None:
-    """Zero features and no bias make every gradient zero, so the update is pure noise, empty batches included.
-
-    After T steps each coordinate is N(0, T (lr sigma C / (q n))^2); chi-square test at FALSE_FAILURE_RATE.
-    """
-    records, sigma, clip = 200, 1.3, 0.7
-    training = LocalTraining(local_steps=5, batch_size=1, lr=0.5, rounds=1, client_rate=1.0)  # q = 1/200: most steps sample nobody
+def _zero_gradient_update(params: DpSgdParams, *, records: int, training: LocalTraining) -> np.ndarray:
+    """The update of a silo whose every gradient is zero (zero features, no bias): pure noise."""
     model = torch.nn.Linear(40, 30, bias=False).double()
-    start = model_to_vector(model)
     context = _context(
         model=model,
         features=torch.zeros(records, 40, dtype=torch.float64),
@@ -100,15 +94,33 @@ def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> No
         training=training,
         seed=3,
     )
-    contribution = DpSgd(DpSgd.Params(noise_multiplier=sigma, max_grad_norm=clip)).silo(context).contribute(
-        (start,), round_index=0
-    )
-    delta = contribution.vector[:-1]  # silo weight 1
-    expected_batch = training.batch_size / records * records
-    std = np.sqrt(training.local_steps) * training.lr * sigma * clip / expected_batch
-    statistic = float(np.sum((delta / std) ** 2))
-    p_value = 2 * min(stats.chi2.cdf(statistic, delta.size), stats.chi2.sf(statistic, delta.size))
+    contribution = DpSgd(params).silo(context).contribute((model_to_vector(model),), round_index=0)
+    return contribution.vector[:-1]  # silo weight 1
+
+
+def _assert_centred_gaussian(sample: np.ndarray, *, std: float) -> None:
+    """Two-sided chi-square test of ``sample ~ N(0, std^2 I)`` at FALSE_FAILURE_RATE."""
+    statistic = float(np.sum((sample / std) ** 2))
+    p_value = 2 * min(stats.chi2.cdf(statistic, sample.size), stats.chi2.sf(statistic, sample.size))
     assert p_value > FALSE_FAILURE_RATE
+
+
+def test_update_of_zero_gradients_is_noise_scaled_by_expected_batch_size() -> None:
+    """After T steps each coordinate is N(0, T (lr sigma C / (q n))^2), empty batches included."""
+    records, sigma, clip = 200, 1.3, 0.7
+    training = LocalTraining(local_steps=5, batch_size=1, lr=0.5, rounds=1, client_rate=1.0)  # q = 1/200: most steps sample nobody
+    delta = _zero_gradient_update(DpSgdParams(noise_multiplier=sigma, max_grad_norm=clip), records=records, training=training)
+    expected_batch = training.batch_size / records * records
+    _assert_centred_gaussian(delta, std=np.sqrt(training.local_steps) * training.lr * sigma * clip / expected_batch)
+
+
+def test_with_a_sampling_rate_the_noise_is_divided_by_the_public_batch_size() -> None:
+    """``sampling_rate`` fixes q; the divisor stays the public ``batch_size`` (here 7), not the record-dependent q n (60)."""
+    records, sigma, clip = 200, 1.3, 0.7
+    training = LocalTraining(local_steps=5, batch_size=7, lr=0.5, rounds=1, client_rate=1.0)
+    params = DpSgdParams(noise_multiplier=sigma, max_grad_norm=clip, sampling_rate=0.3)
+    delta = _zero_gradient_update(params, records=records, training=training)
+    _assert_centred_gaussian(delta, std=np.sqrt(training.local_steps) * training.lr * sigma * clip / training.batch_size)
 
 
 def test_same_seed_gives_identical_update_and_other_seed_differs() -> None:
@@ -142,3 +154,32 @@ def test_reports_one_poisson_gaussian_event_and_uses_fedavg_server() -> None:
     accountant.record(0, contribution.events[0])
     assert 0.0 < accountant.report()["epsilon"] < float("inf")
     assert DpSgd.name == "dp_sgd"
+
+
+@pytest.mark.parametrize("records", [30, 250])
+def test_sampling_rate_is_the_events_rate_whatever_the_record_count(records: int) -> None:
+    from opacus.accountants import RDPAccountant
+
+    features, labels = _data(records=records, dim=5, classes=3, seed=9)
+    training = LocalTraining(local_steps=4, batch_size=10, lr=0.1, rounds=1, client_rate=1.0)
+    mechanism = DpSgd(DpSgd.Params(noise_multiplier=0.9, sampling_rate=0.07, delta=1e-4))
+    context = _context(model=_mlp(), features=features, labels=labels, training=training, seed=10)
+    contribution = mechanism.silo(context).contribute((model_to_vector(_mlp()),), round_index=0)
+    assert contribution.events == (PoissonGaussianEvent(sampling_rate=0.07, noise_multiplier=0.9, steps=4),)
+    accountant = mechanism.accountant()
+    for _ in range(25):
+        accountant.record(0, contribution.events[0])
+    opacus = RDPAccountant()
+    opacus.history = [(0.9, 0.07, 25 * 4)]
+    assert accountant.report()["epsilon"] == pytest.approx(opacus.get_epsilon(delta=1e-4), rel=1e-9)
+
+
+def test_sampling_rate_validation_and_what_each_mode_treats_as_public() -> None:
+    assert DpSgd.Params().sampling_rate is None
+    assert DpSgd.Params(sampling_rate=1.0).sampling_rate == 1.0
+    for value in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(pydantic.ValidationError) as error:
+            DpSgd.Params(sampling_rate=value)
+        assert error.value.errors()[0]["loc"] == ("sampling_rate",)
+    assert DpSgd(DpSgd.Params()).assumed_public() == (RECORD_COUNTS_PUBLIC,)
+    assert DpSgd(DpSgd.Params(sampling_rate=0.1)).assumed_public() == ()

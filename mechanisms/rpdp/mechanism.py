@@ -197,3 +197,19 @@ class Rpdp(Mechanism):
         if self.params.variant == "privacy_free":
             return NoGuarantee()
         return PersonalizedAccountant(delta=self.params.delta, conversion=self.params.conversion)
+
+    def assumed_public(self) -> tuple[str, ...]:
+        variant = self.params.variant
+        if variant == "privacy_free":
+            return ()
+        public = ["per-record budgets and records per silo (each silo announces its plan, one rate per record)"]
+        if variant == "minimum":
+            public.append("the silo's smallest budget (it sets every record's rate)")
+        if variant == "dropout":
+            public.append(
+                "the silo's mean budget (it sets the one rate and which records train; adding or removing a record "
+                "changes it)"
+            )
+        if self.params.normalization == "expected_batch":
+            public.append("the silo's expected batch size sum_j q_ij (the divisor of the noisy sum)")
+        return tuple(public)
