@@ -54,6 +54,8 @@ class SiloActor:
         feature_shape: tuple[int, ...],
         num_classes: int,
         seed: int,
+        user_ids: np.ndarray | None = None,
+        user_histogram: np.ndarray | None = None,
     ) -> None:
         resources = scenario.resources.silo
         _limit_threads(resources.num_cpus)
@@ -75,6 +77,8 @@ class SiloActor:
             ),
             generator=torch.Generator().manual_seed(seed),
             device=self.device,
+            user_ids=user_ids,
+            user_histogram=user_histogram,
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None
@@ -102,7 +106,7 @@ class SiloActor:
         return self.protocol.setup_reply(stage, inbound)
 
     def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
-        contribution = self.mechanism.contribute(broadcast.state, round_index=broadcast.round_index)
+        contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
         payload = self.protocol.protect(
             contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants
         )
@@ -157,8 +161,9 @@ class ServerActor:
     def run_round(self, round_index: int) -> RoundReport:
         start = time.perf_counter()
         participants = self.sample_participants()
+        plan = self.mechanism.round_plan(self.rng, round_index=round_index)
         # Stored once in the object store; every participant reads the same copy.
-        broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state))
+        broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
         updates: list[SiloUpdate] = ray.get([self.silos[i].train.remote(broadcast) for i in participants])
         self.inbox = {u.sender: u.payload for u in updates}
         if participants:
