@@ -150,6 +150,11 @@ class Mechanism(ABC):
     def server(self) -> ServerMechanism:
         """Build the server-side object."""
 
+    def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        """The server-side object given the federation's public sizes (``num_users``: ``data.users.count`` or
+        None); mechanisms that need neither keep this default."""
+        return self.server()
+
     def accountant(self) -> PrivacyAccountant:
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""
         return NoGuarantee()

@@ -142,7 +142,10 @@ class ServerActor:
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
-        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server()
+        users = scenario.data.users
+        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
+            num_silos=len(silos), num_users=None if users is None else users.count
+        )
         self.protocol = _server_protocol(scenario.protocol)
         self.inbox: dict[int, Any] = {}
 

@@ -231,6 +231,7 @@ class UldpAccountant(PrivacyAccountant):
                 group_k=self._group_k,
                 group_size_accounted=None if c is None else 2**c,
                 group_rounding=self.group_rounding.value,
+                record_sampling_rate_max=max((rate for s in self._silo_schedules.values() for rate, _, _ in s), default=None),
             )
             if self.group_rounding is GroupRounding.PAPER:
                 report["warning"] = "group_rounding 'paper' reproduces the paper's code and is not a guarantee"
