@@ -229,3 +229,14 @@ def test_uldp_needs_users_and_every_silo() -> None:
     with pytest.raises(ScenarioError) as err:
         validate_scenario(scenario)
     assert err.value.field == "federation.client_rate"
+
+
+def test_vectorised_training_with_size_buckets_equals_the_user_loop() -> None:
+    torch.manual_seed(1)
+    model = build_model("logistic_regression", feature_shape=(4,), num_classes=2).double()
+    features = torch.randn(6003, 4, dtype=torch.float64)
+    labels = torch.randint(0, 2, (6003,))
+    groups = [torch.tensor([0]), torch.tensor([1, 2]), torch.arange(3, 6003)]  # padding all to 6000 would waste
+    fast = train_users(model, features=features, labels=labels, groups=groups, steps=2, lr=0.1)
+    slow = train_users_loop(model, features=features, labels=labels, groups=groups, steps=2, lr=0.1)
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-9)

@@ -4,7 +4,8 @@ Each user of a silo trains its own copy of the model from ``x_t`` on that user's
 of full-batch gradient descent on the user's records (mean cross-entropy, learning rate ``lr``). All users of a
 silo train at once: their parameters are stacked along a leading user axis and ``torch.func.vmap`` maps
 ``grad(functional_call(model, ...))`` over users, each with its own padded batch and a 0/1 mask. Users are
-bucketed by the next power of two of their record count, so padding at most doubles the work. Models that
+bucketed by the next power of two of their record count, so padding at most doubles the work (small silos:
+one bucket). Models that
 cannot be vectorised (buffers, BatchNorm, Dropout) train user by user (:func:`train_users_loop`, also the
 benchmark's baseline and the tests' reference).
 """
@@ -15,6 +16,7 @@ from typing import Sequence
 import torch
 from torch.func import functional_call, grad, vmap
 
+_ONE_BUCKET_SLACK = 4096  # padded records
 _UNVECTORISABLE = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.Dropout)
 
 
@@ -37,7 +39,12 @@ def _flat(params: dict[str, torch.Tensor], names: Sequence[str], users: int) -> 
 
 
 def _buckets(groups: Sequence[torch.Tensor]) -> list[list[int]]:
-    """Users grouped by the next power of two of their record count."""
+    """Users grouped by the next power of two of their record count; all in one group when padding them all to
+    the largest costs at most ``_ONE_BUCKET_SLACK`` records more than the records themselves (each vmap call has a
+    fixed cost that dominates small silos)."""
+    sizes = [len(records) for records in groups]
+    if len(sizes) * max(sizes, default=0) <= sum(sizes) + _ONE_BUCKET_SLACK:
+        return [list(range(len(groups)))]
     by_size: dict[int, list[int]] = {}
     for user, records in enumerate(groups):
         by_size.setdefault(max(1, int(len(records)) - 1).bit_length(), []).append(user)
