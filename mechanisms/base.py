@@ -62,6 +62,9 @@ class SiloContext:
     training: LocalTraining
     generator: torch.Generator
     device: torch.device
+    user_ids: np.ndarray | None = None  # owner (user id, shared across silos) of each record; None without users
+    # (silos, users) records per silo and user, computed in the clear: the simulator's "trusted" mode
+    user_histogram: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,13 @@ class SiloMechanism(ABC):
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         """Train locally from ``state`` and return the vector to be summed across silos."""
 
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: Any) -> SiloContribution:
+        """``contribute`` given the server's round plan (see ``ServerMechanism.round_plan``); mechanisms without
+        a plan keep this default."""
+        if plan is not None:
+            raise TypeError(f"{type(self).__name__} takes no round plan, got {type(plan).__name__}")
+        return self.contribute(state, round_index=round_index)
+
     def setup_events(self) -> tuple[PrivacyEvent, ...]:
         """Events announced once at start-up, before any round (e.g. a per-record budget plan)."""
         return ()
@@ -87,6 +97,11 @@ class SiloMechanism(ABC):
 
 class ServerMechanism(ABC):
     """Server side of a mechanism: turns the sum of contributions into the next global state."""
+
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> Any:
+        """A frozen, mechanism-specific payload the server decides before a round (e.g. ULDP's user sample),
+        broadcast to the round's silos; drawn from the server's generator ``rng``. None: no plan."""
+        return None
 
     @abstractmethod
     def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
@@ -125,6 +140,8 @@ class Mechanism(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]] = MechanismParams
     needs_individual_contributions: ClassVar[bool] = False
+    needs_users: ClassVar[bool] = False  # the scenario must give records owners (data.users)
+    needs_every_silo: ClassVar[bool] = False  # refuses client sampling (federation.client_rate < 1)
 
     def __init__(self, params: MechanismParams) -> None:
         self.params = params
@@ -136,6 +153,11 @@ class Mechanism(ABC):
     @abstractmethod
     def server(self) -> ServerMechanism:
         """Build the server-side object."""
+
+    def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        """The server-side object given the federation's public sizes (``num_users``: ``data.users.count`` or
+        None); mechanisms that need neither keep this default."""
+        return self.server()
 
     def accountant(self) -> PrivacyAccountant:
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""

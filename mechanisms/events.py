@@ -65,4 +65,41 @@ class PersonalizedPoissonGaussianEvent:
     rates: np.ndarray
 
 
-PrivacyEvent = PoissonGaussianEvent | PersonalizedTrainingPlan | PersonalizedPoissonGaussianEvent
+
+
+@dataclass(frozen=True)
+class UserLevelGaussianEvent:
+    """One round of ULDP-NAIVE / AVG / AVG-w / SGD as one silo saw it (Kato et al., VLDB 2024, Thm. 1 and 3).
+
+    Across all silos the round is *one* Gaussian mechanism with user-level sensitivity ``C`` and total noise
+    ``noise_multiplier * C``, on the users the server Poisson-sampled with probability ``user_rate`` (Remark 1);
+    every silo reports the same event, and a user-level accountant counts each ``round_index`` once.
+    ``users_sampled`` is how many users the server sampled (public to the server).
+    """
+
+    round_index: int
+    user_rate: float
+    noise_multiplier: float
+    users_sampled: int
+
+
+@dataclass(frozen=True)
+class GroupDpSgdEvent:
+    """One round of ULDP-GROUP-k in one silo (Kato et al., Algorithm 2): record-level DP-SGD, ``steps``
+    Poisson-subsampled Gaussian steps at record rate ``sampling_rate``, on a dataset in which no user has more
+    than ``group_k`` records across silos; converted to user level by RDP group privacy."""
+
+    round_index: int
+    sampling_rate: float
+    noise_multiplier: float
+    steps: int
+    group_k: int
+
+
+PrivacyEvent = (
+    PoissonGaussianEvent
+    | PersonalizedTrainingPlan
+    | PersonalizedPoissonGaussianEvent
+    | UserLevelGaussianEvent
+    | GroupDpSgdEvent
+)

@@ -109,6 +109,8 @@ class SiloActor:
         feature_shape: tuple[int, ...],
         num_classes: int,
         seed: int,
+        user_ids: np.ndarray | None = None,
+        user_histogram: np.ndarray | None = None,
     ) -> None:
         resources = scenario.resources.silo
         _limit_threads(resources.num_cpus)
@@ -130,6 +132,8 @@ class SiloActor:
             ),
             generator=torch.Generator().manual_seed(seed),
             device=self.device,
+            user_ids=user_ids,
+            user_histogram=user_histogram,
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None
@@ -161,7 +165,7 @@ class SiloActor:
         return self.protocol.setup_reply(stage, inbound)
 
     def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
-        contribution = self.mechanism.contribute(broadcast.state, round_index=broadcast.round_index)
+        contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
         payload = self.protocol.protect(
             contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants
         )
@@ -198,7 +202,10 @@ class ServerActor:
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
-        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server()
+        users = scenario.data.users
+        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
+            num_silos=len(silos), num_users=None if users is None else users.count
+        )
         self.protocol = _server_protocol(scenario.protocol, num_silos=len(silos))
         self.inbox: dict[int, Any] = {}
 
@@ -218,8 +225,9 @@ class ServerActor:
         updates: list[SiloUpdate] = []
         self.inbox = {}
         if participants:
+            plan = self.mechanism.round_plan(self.rng, round_index=round_index)
             # Stored once in the object store; every participant reads the same copy.
-            broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state))
+            broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
             updates = _get_all([self.silos[i].train.remote(broadcast) for i in participants])
             self.inbox = {u.sender: u.payload for u in updates}
             total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)

@@ -26,6 +26,7 @@ from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ray_session
 from simulator.data import Dataset, load_dataset
 from simulator.data.partition import partition_indices
+from simulator.data.users import UserAllocation, allocate_users, users_generator
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
@@ -52,6 +53,7 @@ class RunResult:
     timing: Mapping[str, float]
     placement: tuple[SiloInfo, ...]
     model_state: Mapping[str, torch.Tensor]
+    users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
 
     @property
     def final(self) -> dict[str, Any]:
@@ -125,6 +127,26 @@ def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator
     return parts
 
 
+def _user_allocation(scenario: Scenario, dataset: Dataset, parts: list[np.ndarray]) -> UserAllocation | None:
+    """Owners of the records (data.users), drawn from their own seed stream; None without users. With
+    ``partition: natural`` the silos stay the dataset's; otherwise the allocation decides them."""
+    users = scenario.data.users
+    if users is None:
+        return None
+    try:
+        return allocate_users(
+            len(dataset.y_train),
+            count=users.count,
+            records=users.records,
+            silos=users.silos,
+            num_silos=scenario.data.silos,
+            rng=users_generator(scenario.seed),
+            natural=tuple(parts) if scenario.data.partition == "natural" else None,
+        )
+    except ValueError as exc:
+        raise ScenarioError("data.users.count", users.count, f"does not fit {len(dataset.y_train)} records of '{scenario.data.dataset}' in {scenario.data.silos} silos ({exc})") from None
+
+
 def resources_needed(scenario: Scenario) -> tuple[float, float, int]:
     """CPUs, GPUs and actor processes a run needs at once (a server and one actor per silo)."""
     res, silos = scenario.resources, scenario.data.silos
@@ -154,6 +176,7 @@ class Federation:
         self.scenario = resolve_scenario(scenario)
         self._stack = ExitStack()
         self.timing: dict[str, float] = {}
+        self.users: UserAllocation | None = None
 
     def __enter__(self) -> "Federation":
         try:
@@ -171,6 +194,10 @@ class Federation:
         self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
         seeds = _seeds(scenario.seed, scenario.data.silos)
         parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
+        self.users = _user_allocation(scenario, self.dataset, parts)
+        if self.users is not None:
+            parts = list(self.users.silo_indices)
+            histogram = self.users.histogram()
         res = scenario.resources
         t_data = time.perf_counter()
         cpus, gpus, actors = resources_needed(scenario)
@@ -188,6 +215,7 @@ class Federation:
                     feature_shape=self.dataset.feature_shape,
                     num_classes=self.dataset.num_classes,
                     seed=seeds["silos"][i],
+                    **({} if self.users is None else {"user_ids": self.users.silo_user_ids[i], "user_histogram": histogram}),
                 )
             )
             self._stack.callback(ray.kill, self.silos[-1])
@@ -252,6 +280,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
             "seconds_per_round": rounds_seconds / len(records),
         }
         placement = federation.placement
+        users = None if federation.users is None else federation.users.summary()
     timing["total_seconds"] = time.perf_counter() - t0
     return RunResult(
         scenario=scenario,
@@ -260,6 +289,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         timing=timing,
         placement=placement,
         model_state=model_state,
+        users=users,
     )
 
 

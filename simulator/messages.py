@@ -26,6 +26,7 @@ class RoundBroadcast:
     round_index: int
     participants: tuple[int, ...]
     state: tuple[np.ndarray, ...]
+    plan: Any = None  # the server mechanism's round plan (a frozen payload), see ServerMechanism.round_plan
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", tuple(_frozen_array(v) for v in self.state))

@@ -68,8 +68,10 @@ def _finite_or_none(value: float | None) -> float | None:
 
 def summary(result: RunResult) -> dict[str, Any]:
     """The content of summary.json."""
+    users = {} if result.users is None else {"users": dict(result.users)}
     return {
         "config": result.scenario.to_dict(),
+        **users,
         "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
         "privacy": _privacy(result),
         "randomness": _randomness(result.scenario),

@@ -23,6 +23,14 @@ class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class UsersConfig(_Block):
+    """``data.users``: record owners across silos (ULDP-FL; see simulator.data.users)."""
+
+    count: int = Field(ge=1)
+    records: Literal["uniform", "zipf"] = "uniform"
+    silos: Literal["uniform", "zipf"] = "uniform"
+
+
 class DataConfig(_Block):
     dataset: str = "digits"
     partition: Literal["iid", "shards", "dirichlet", "natural"] = "iid"
@@ -30,6 +38,7 @@ class DataConfig(_Block):
     alpha: float | None = Field(None, gt=0)
     shards_per_silo: int = Field(2, ge=1)
     path: str | None = None
+    users: UsersConfig | None = None
 
 
 class ModelConfig(_Block):
@@ -185,7 +194,13 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
     if not model_supports(scenario.model.name, info.feature_shape):
         raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
+    if data.users is not None and data.partition not in ("iid", "natural"):
+        raise ScenarioError("data.partition", data.partition, "with data.users the silos come from the user allocation; use iid (the default) or natural")
     mechanism = MECHANISMS[scenario.mechanism.name]
+    if mechanism.needs_users and data.users is None:
+        raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")
+    if mechanism.needs_every_silo and scenario.federation.client_rate != 1.0:
+        raise ScenarioError("federation.client_rate", scenario.federation.client_rate, f"mechanism '{mechanism.name}' needs every silo in every round; set it to 1.0")
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
     _check_protocol(scenario)

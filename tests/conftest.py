@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 import simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
 
 REPO = Path(__file__).resolve().parents[1]
-HEART_DISEASE_DIR = REPO.parent / "shared" / "data" / "heart_disease"
+# PRIVSILO_TEST_HEART_DISEASE points elsewhere, e.g. from a git worktree that is not beside ../shared
+HEART_DISEASE_DIR = Path(os.environ.get("PRIVSILO_TEST_HEART_DISEASE", REPO.parent / "shared" / "data" / "heart_disease"))
 
 
 @pytest.fixture(scope="session")

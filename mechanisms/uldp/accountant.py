@@ -1,0 +1,267 @@
+"""User-level privacy accounting of ULDP-FL (Kato et al., "ULDP-FL: Federated Learning with Across-Silo
+User-Level Differential Privacy", VLDB 2024).
+
+* ``naive``, ``avg``, ``avg_w``, ``sgd`` (Theorems 1 and 3, Remark 1): every round is one Gaussian mechanism with
+  user-level sensitivity ``C`` and noise ``sigma * C`` summed over silos; with user-level sub-sampling it is the
+  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from Opacus' maintained analysis
+  (``opacus.accountants.analysis.rdp.compute_rdp``), composed over rounds.
+* ``group`` (Theorem 2): record-level DP-SGD in every silo; the federation's record-level RDP is the maximum
+  over silos (a record lives in one silo), then Mironov's group privacy for RDP (Mironov 2017, Prop. 2): a
+  ``(alpha, rho)``-RDP mechanism is ``(alpha / 2^c, 3^c rho)``-RDP for groups of ``2^c`` records when
+  ``alpha >= 2^(c+1)``. A group of ``k`` records is covered by the next power of two **up** (``2^c >= k``);
+  user-level orders ``beta = alpha / 2^c`` are Opacus' orders with ``beta >= 2`` (the Prop. 2 condition).
+  ``group_rounding="paper"`` reproduces the paper's code instead (the largest power of two *below* ``k``, and its
+  order grid, which includes base orders below ``2^(c+1)``): kept for comparison only, **not a guarantee**.
+* RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21), which is exactly Opacus'
+  ``get_privacy_spent``: ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import warnings
+from numbers import Integral, Real
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+from mechanisms.accounting import DEFAULT_ORDERS
+from mechanisms.base import PrivacyAccountant
+from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+
+
+class Variant(str, enum.Enum):
+    """The ULDP-FL algorithms (Algorithms 1-3, Eq. 3)."""
+
+    NAIVE = "naive"
+    GROUP = "group"
+    AVG = "avg"
+    AVG_W = "avg_w"
+    SGD = "sgd"
+
+
+class GroupRounding(str, enum.Enum):
+    """How a group size ``k`` that is not a power of two is covered by Mironov's Prop. 2."""
+
+    UP = "up"  # smallest 2^c >= k: a guarantee
+    PAPER = "paper"  # the paper's code: largest 2^c <= k and its order grid; not a guarantee
+
+
+Schedule = Sequence[tuple[float, float, int]]  # (record sampling rate, noise multiplier, steps)
+
+
+def group_exponent(group_k: int, rounding: GroupRounding | str = GroupRounding.UP) -> int:
+    """``c`` such that the groups of ``group_k`` records are accounted as groups of ``2^c``."""
+    _check_int("group_k", group_k, minimum=1)
+    if GroupRounding(rounding) is GroupRounding.UP:
+        return (int(group_k) - 1).bit_length()
+    return int(group_k).bit_length() - 1
+
+
+def _group_orders(c: int, rounding: GroupRounding) -> tuple[np.ndarray, np.ndarray]:
+    """(user-level orders beta, record-level orders alpha = beta * 2^c) for groups of 2^c records."""
+    size = 2**c
+    if rounding is GroupRounding.PAPER:  # the paper's code (noise_utils.get_group_privacy_spent)
+        alphas = np.array([2 * size + x / 10 for x in range(100)] + list(np.linspace(size + 10, size * 64, 20)))
+        return alphas / size, alphas
+    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+    betas = orders if c == 0 else orders[orders >= 2.0]
+    return betas, betas * size
+
+
+def _to_dp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
+    """Lemma 2 (Balle et al. 2020, Thm. 21) via Opacus; inf when no order gives a finite bound."""
+    if not np.isfinite(rdp).any():
+        return math.inf
+    with warnings.catch_warnings():  # the smallest group order is a hard limit of Prop. 2, not a grid artefact
+        warnings.simplefilter("ignore", UserWarning)
+        epsilon, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=delta)
+    return float(epsilon)
+
+
+def user_level_epsilon(*, noise_multiplier: float, rounds: int, delta: float, user_rate: float = 1.0) -> float:
+    """Epsilon of ``rounds`` user-level Gaussian rounds (Thm. 1/3), Poisson user sampling at ``user_rate``."""
+    _check_real("noise_multiplier", noise_multiplier, low=0.0)
+    _check_int("rounds", rounds, minimum=0)
+    _check_delta(delta)
+    _check_rate("user_rate", user_rate)
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier == 0.0:
+        return math.inf
+    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+    rdp = compute_rdp(q=float(user_rate), noise_multiplier=float(noise_multiplier), steps=int(rounds), orders=orders)
+    return _to_dp(orders, np.asarray(rdp), delta)
+
+
+def group_epsilon(
+    schedules: Iterable[Schedule], *, group_k: int, delta: float, rounding: GroupRounding | str = GroupRounding.UP
+) -> float:
+    """User-level epsilon of ULDP-GROUP-k (Thm. 2): per-silo record-level RDP of its DP-SGD ``schedules``, max
+    over silos, then group privacy for ``group_k`` records (rounded as ``rounding`` says)."""
+    rounding = GroupRounding(rounding)
+    _check_delta(delta)
+    c = group_exponent(group_k, rounding)
+    betas, alphas = _group_orders(c, rounding)
+    curves = []
+    for schedule in schedules:
+        curve = np.zeros_like(alphas)
+        for rate, sigma, steps in schedule:
+            _check_rate("sampling_rate", rate, allow_zero=True)
+            _check_real("noise_multiplier", sigma, low=0.0)
+            _check_int("local_steps", steps, minimum=0)
+            if steps == 0 or rate == 0.0:
+                continue
+            if sigma == 0.0:
+                return math.inf
+            curve = curve + np.asarray(compute_rdp(q=float(rate), noise_multiplier=float(sigma), steps=int(steps), orders=alphas))
+        curves.append(curve)
+    if not curves or not np.any(curves):
+        return 0.0
+    return _to_dp(betas, 3.0**c * np.max(curves, axis=0), delta)
+
+
+def epsilon(
+    *,
+    variant: Variant | str,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    user_rate: float = 1.0,
+    group_k: int | None = None,
+    sampling_rate: float | None = None,
+    local_steps: int | None = None,
+    group_rounding: GroupRounding | str = "up",
+) -> float:
+    """User-level epsilon of a ULDP-FL run after ``rounds`` rounds, without running anything.
+
+    ``group`` also needs ``group_k`` (records per user), ``sampling_rate`` (the record-level Poisson rate of
+    DP-SGD; give the largest rate of any silo) and ``local_steps`` (DP-SGD steps per round); it has no user
+    sub-sampling (``user_rate`` must be 1).
+    """
+    variant = Variant(variant)
+    if variant is not Variant.GROUP:
+        return user_level_epsilon(noise_multiplier=noise_multiplier, rounds=rounds, delta=delta, user_rate=user_rate)
+    if group_k is None or sampling_rate is None or local_steps is None:
+        raise ValueError("variant 'group' needs group_k, sampling_rate and local_steps")
+    if user_rate != 1.0:
+        raise ValueError(f"variant 'group' has no user-level sub-sampling; user_rate must be 1, got {user_rate}")
+    _check_int("rounds", rounds, minimum=0)
+    _check_int("local_steps", local_steps, minimum=0)
+    schedule = [(sampling_rate, noise_multiplier, rounds * local_steps)]
+    return group_epsilon([schedule], group_k=group_k, delta=delta, rounding=group_rounding)
+
+
+class UldpAccountant(PrivacyAccountant):
+    """User-level accountant of a ULDP-FL run, fed with the silos' round events.
+
+    :class:`UserLevelGaussianEvent`: every silo reports the same event for a round; the round is composed once
+    (a disagreement between silos is an error). :class:`GroupDpSgdEvent`: composed per silo, then
+    :func:`group_epsilon`.
+    """
+
+    def __init__(self, *, variant: Variant | str, delta: float, group_rounding: GroupRounding | str = "up") -> None:
+        _check_delta(delta)
+        self.variant = Variant(variant)
+        self.delta = delta
+        self.group_rounding = GroupRounding(group_rounding)
+        self._rounds: dict[int, UserLevelGaussianEvent] = {}
+        self._silo_schedules: dict[int, list[tuple[float, float, int]]] = {}
+        self._group_k: int | None = None
+
+    def record(self, silo_id: int, event: Any) -> None:
+        if self.variant is Variant.GROUP:
+            self._record_group(silo_id, event)
+        else:
+            self._record_user_level(event)
+
+    def _record_user_level(self, event: Any) -> None:
+        if not isinstance(event, UserLevelGaussianEvent):
+            raise TypeError(f"ULDP variant {self.variant.value} accounts UserLevelGaussianEvent, got {type(event).__name__}")
+        _check_rate("user_rate", event.user_rate)
+        _check_real("noise_multiplier", event.noise_multiplier, low=0.0)
+        known = self._rounds.get(event.round_index)
+        if known is not None and known != event:
+            raise ValueError(f"silos disagree about round {event.round_index}: {known} vs {event}")
+        self._rounds[event.round_index] = event
+
+    def _record_group(self, silo_id: int, event: Any) -> None:
+        if not isinstance(event, GroupDpSgdEvent):
+            raise TypeError(f"ULDP variant group accounts GroupDpSgdEvent, got {type(event).__name__}")
+        if self._group_k is not None and event.group_k != self._group_k:
+            raise ValueError(f"silos disagree about group_k: {self._group_k} vs {event.group_k}")
+        group_exponent(event.group_k, self.group_rounding)  # validates
+        self._group_k = event.group_k
+        self._silo_schedules.setdefault(int(silo_id), []).append(
+            (event.sampling_rate, event.noise_multiplier, event.steps)
+        )
+
+    def epsilon(self) -> float:
+        if self.variant is Variant.GROUP:
+            if self._group_k is None:
+                return 0.0
+            return group_epsilon(self._silo_schedules.values(), group_k=self._group_k, delta=self.delta, rounding=self.group_rounding)
+        orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+        by_setting: dict[tuple[float, float], int] = {}
+        for event in self._rounds.values():
+            key = (float(event.user_rate), float(event.noise_multiplier))
+            by_setting[key] = by_setting.get(key, 0) + 1
+        if not by_setting:
+            return 0.0
+        if any(sigma == 0.0 for _, sigma in by_setting):
+            return math.inf
+        total = sum(
+            np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders))
+            for (q, sigma), steps in by_setting.items()
+        )
+        return _to_dp(orders, total, self.delta)
+
+    def report(self) -> dict[str, Any]:
+        value = self.epsilon()
+        report: dict[str, Any] = {
+            "guarantee": "user-level (epsilon, delta)-DP across silos (ULDP-FL)",
+            "variant": self.variant.value,
+            "epsilon": value if math.isfinite(value) else None,
+            "delta": self.delta,
+        }
+        if self.variant is Variant.GROUP:
+            c = None if self._group_k is None else group_exponent(self._group_k, self.group_rounding)
+            report.update(
+                group_k=self._group_k,
+                group_size_accounted=None if c is None else 2**c,
+                group_rounding=self.group_rounding.value,
+                record_sampling_rate_max=max((rate for s in self._silo_schedules.values() for rate, _, _ in s), default=None),
+            )
+            if self.group_rounding is GroupRounding.PAPER:
+                report["warning"] = "group_rounding 'paper' reproduces the paper's code and is not a guarantee"
+        else:
+            sampled = [event.users_sampled for _, event in sorted(self._rounds.items())]
+            report.update(rounds_accounted=len(sampled), users_sampled_per_round=sampled)
+        return report
+
+
+def _check_delta(delta: float) -> None:
+    _check_real("delta", delta, low=0.0)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+
+
+def _check_rate(name: str, value: float, *, allow_zero: bool = False) -> None:
+    _check_real(name, value, low=0.0)
+    if value > 1.0 or (value == 0.0 and not allow_zero):
+        raise ValueError(f"{name} must lie in {'[0' if allow_zero else '(0'}, 1], got {value}")
+
+
+def _check_real(name: str, value: float, *, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _check_int(name: str, value: int, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")

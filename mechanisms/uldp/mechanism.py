@@ -1,0 +1,89 @@
+"""``uldp``: user-level DP across silos (ULDP-FL, Kato et al., VLDB 2024).
+
+Neighbouring relation: two federations differ in *all* records of one user, in every silo. Variants
+(``variant``):
+
+* ``naive`` (Algorithm 1): local SGD per silo, the silo's delta clipped to ``C``, noise ``N(0, sigma^2 C^2 |S|)``
+  per silo; ``x <- x + eta_g * sum / |S|``.
+* ``avg`` / ``avg_w`` (Algorithm 3, Eq. 3): per user, local training from ``x_t`` on the user's records in the
+  silo; each user delta clipped to ``C`` and weighted by ``w_{s,u}`` (``1/|S|``, or ``n_{s,u}/N_u``); the silo
+  adds ``N(0, sigma^2 C^2 / |S|)``; ``x <- x + eta_g * sum / (q |U| |S|)``.
+* ``sgd`` (Algorithm 3): one clipped gradient per user (weights ``1/|S|``); ``x <- x - eta_g * sum / (q |U| |S|)``.
+* ``group`` (Algorithm 2): at most ``k`` records per user across silos (round-robin over silos), record-level
+  DP-SGD in every silo, ``x <- x + eta_g * sum / |S|``; accounted by RDP group privacy.
+
+User-level sub-sampling (Algorithm 4, Remark 1): the server Poisson-samples users with rate ``q = user_rate``
+every round and the weights of the users **not** sampled are set to 0 (Algorithm 4 prints the opposite, a typo).
+For ``naive``, an unsampled user's records are left out of the round's local training. ``|U|`` is the public
+``data.users.count``. Accounting: :mod:`mechanisms.uldp.accountant`. Every silo must take part in every round
+(client sampling would drop a silo's share of the noise), so ``federation.client_rate`` must be 1.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mechanisms.base import GlobalState, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
+from mechanisms.uldp.accountant import UldpAccountant, Variant
+from mechanisms.uldp.params import UldpParams
+from mechanisms.uldp.weights import UserSample, sample_users
+
+PER_USER_VARIANTS = (Variant.AVG, Variant.AVG_W, Variant.SGD)
+
+
+class UldpServer(ServerMechanism):
+    """Samples the round's users (the round plan) and applies ``x + sign * eta_g * sum / Z``."""
+
+    def __init__(self, params: UldpParams, *, num_silos: int, num_users: int) -> None:
+        self.params = params
+        self.variant = Variant(params.variant)
+        self.num_users = num_users
+        if self.variant in PER_USER_VARIANTS:
+            self.divisor = params.user_rate * num_users * num_silos
+        else:
+            self.divisor = float(num_silos)
+        self.sign = -1.0 if self.variant is Variant.SGD else 1.0
+
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> UserSample | None:
+        if self.params.user_rate == 1.0:
+            return None
+        return sample_users(self.num_users, user_rate=self.params.user_rate, rng=rng)
+
+    def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
+        (params,) = state
+        return (params + self.sign * self.params.global_lr * contribution_sum / self.divisor,)
+
+
+class Uldp(Mechanism):
+    """ULDP-FL (see the module docstring)."""
+
+    name = "uldp"
+    Params = UldpParams
+    needs_users = True
+    needs_every_silo = True
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        from mechanisms.uldp.silo import build_silo  # torch-side code, imported by the silos only
+
+        return build_silo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        raise TypeError("uldp's server needs the federation's sizes; use server_for(num_silos=..., num_users=...)")
+
+    def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        if num_users is None:
+            raise ValueError("uldp needs data.users")
+        return UldpServer(self.params, num_silos=num_silos, num_users=num_users)
+
+    def accountant(self) -> PrivacyAccountant:
+        return UldpAccountant(variant=self.params.variant, delta=self.params.delta, group_rounding=self.params.group_rounding)
+
+
+def plan_mask(plan: Any, num_users: int) -> np.ndarray:
+    """The sampled-users mask of a round plan (all users when there is no plan)."""
+    if plan is None:
+        return np.ones(num_users, dtype=bool)
+    if not isinstance(plan, UserSample) or plan.sampled.shape != (num_users,):
+        raise TypeError(f"uldp expects a UserSample over {num_users} users, got {plan!r}")
+    return plan.sampled

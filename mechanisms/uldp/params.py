@@ -1,0 +1,38 @@
+"""YAML parameters of the ``uldp`` mechanism (validated; no torch here)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from mechanisms.base import MechanismParams
+
+
+class UldpParams(MechanismParams):
+    """``mechanism: {name: uldp, ...}``; see the README's ULDP-FL section."""
+
+    variant: Literal["naive", "group", "avg", "avg_w", "sgd"] = "avg_w"
+    noise_multiplier: float = Field(default=5.0, ge=0.0, allow_inf_nan=False)
+    max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    user_rate: float = Field(default=1.0, gt=0.0, le=1.0)
+    global_lr: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    group_k: int | str = "median"
+    group_rounding: Literal["up", "paper"] = "up"
+    weighting: Literal["plain"] = "plain"
+
+    @field_validator("group_k")
+    @classmethod
+    def _check_group_k(cls, value: int | str) -> int | str:
+        if isinstance(value, str) and value not in ("max", "median"):
+            raise ValueError("must be an integer >= 1, 'max' or 'median'")
+        if isinstance(value, int) and (isinstance(value, bool) or value < 1):
+            raise ValueError("must be an integer >= 1, 'max' or 'median'")
+        return value
+
+    @field_validator("user_rate")
+    @classmethod
+    def _no_user_sampling_for_group(cls, value: float, info: ValidationInfo) -> float:
+        if value != 1.0 and info.data.get("variant") == "group":
+            raise ValueError("variant 'group' has no user-level sub-sampling; must be 1.0")
+        return value

@@ -1,0 +1,148 @@
+"""Silo side of ``uldp``: one class per family of variants (see :mod:`mechanisms.uldp.mechanism`).
+
+All randomness (mini-batches, DP-SGD sampling, Gaussian noise) comes from the silo's ``context.generator``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, model_to_vector
+from mechanisms.dp_sgd import noisy_local_training
+from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from mechanisms.uldp.accountant import Variant
+from mechanisms.uldp.mechanism import plan_mask
+from mechanisms.uldp.params import UldpParams
+from mechanisms.uldp.training import clip_rows, train_users
+from mechanisms.uldp.weights import resolve_group_k, round_robin_quota, user_weights
+
+
+class _UldpSilo(SiloMechanism):
+    """What every variant shares: the user histogram, the round plan and the Gaussian noise."""
+
+    def __init__(self, context: SiloContext, params: UldpParams) -> None:
+        if context.user_ids is None or context.user_histogram is None:
+            raise ValueError("uldp needs record owners (data.users) in every silo")
+        self.context = context
+        self.params = params
+        self.user_ids = np.asarray(context.user_ids)
+        self.histogram = np.asarray(context.user_histogram)
+        self.num_silos, self.num_users = self.histogram.shape
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        return self.contribute_with_plan(state, round_index=round_index, plan=None)
+
+    def _noise(self, size: int, std: float) -> np.ndarray:
+        return torch.randn(size, generator=self.context.generator, dtype=torch.float64).mul_(std).numpy()
+
+    def _user_level_event(self, round_index: int, sampled: np.ndarray) -> UserLevelGaussianEvent:
+        return UserLevelGaussianEvent(
+            round_index=round_index,
+            user_rate=self.params.user_rate,
+            noise_multiplier=self.params.noise_multiplier,
+            users_sampled=int(sampled.sum()),
+        )
+
+
+class PerUserSilo(_UldpSilo):
+    """ULDP-AVG, AVG-w and SGD (Algorithm 3): per-user training, per-user clipping, weights, noise sigma C/sqrt|S|."""
+
+    def __init__(self, context: SiloContext, params: UldpParams) -> None:
+        super().__init__(context, params)
+        self.variant = Variant(params.variant)
+        self.weights = user_weights(self.histogram, silo=context.silo_id, proportional=self.variant is Variant.AVG_W)
+        self.users = np.unique(self.user_ids)
+        self.groups = [torch.as_tensor(np.flatnonzero(self.user_ids == u), device=context.device) for u in self.users]
+
+    def weighted_sum(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+        """``sum_u w_{s,u} clip_C(Delta^{s,u})`` over this silo's sampled users (before noise), float64."""
+        ctx = self.context
+        active = [i for i, user in enumerate(self.users) if sampled[user]]
+        if not active:
+            return np.zeros_like(start)
+        load_vector_into_model(ctx.model, start)
+        groups = [self.groups[i] for i in active]
+        if self.variant is Variant.SGD:  # one full-batch gradient per user: minus the delta of one step at lr 1
+            rows = -train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=1, lr=1.0)
+        else:
+            rows = train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=ctx.training.local_steps, lr=ctx.training.lr)
+        weights = torch.as_tensor(self.weights[self.users[active]], dtype=torch.float64, device=rows.device)
+        return (weights[:, None] * clip_rows(rows.double(), self.params.max_grad_norm)).sum(dim=0).cpu().numpy()
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
+        (start,) = state
+        sampled = plan_mask(plan, self.num_users)
+        total = self.weighted_sum(start, sampled)
+        std = self.params.noise_multiplier * self.params.max_grad_norm / math.sqrt(self.num_silos)
+        return SiloContribution(vector=total + self._noise(total.size, std), events=(self._user_level_event(round_index, sampled),))
+
+
+class NaiveSilo(_UldpSilo):
+    """ULDP-NAIVE (Algorithm 1): local SGD on the sampled users' records, delta clipped to C, noise sigma C sqrt|S|."""
+
+    def clipped_delta(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+        ctx = self.context
+        records = torch.as_tensor(np.flatnonzero(sampled[self.user_ids]), device=ctx.device)
+        if len(records) == 0:
+            return np.zeros_like(start)
+        load_vector_into_model(ctx.model, start)
+        ctx.model.train()
+        for _ in range(ctx.training.local_steps):
+            batch = records[torch.randperm(len(records), generator=ctx.generator)[: ctx.training.batch_size].to(ctx.device)]
+            loss = torch.nn.functional.cross_entropy(ctx.model(ctx.features[batch]), ctx.labels[batch])
+            gradients = torch.autograd.grad(loss, list(ctx.model.parameters()))
+            with torch.no_grad():
+                for p, g in zip(ctx.model.parameters(), gradients):
+                    p.sub_(ctx.training.lr * g)
+        delta = model_to_vector(ctx.model) - start
+        return delta * min(1.0, self.params.max_grad_norm / max(float(np.linalg.norm(delta)), np.finfo(np.float64).tiny))
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
+        (start,) = state
+        sampled = plan_mask(plan, self.num_users)
+        delta = self.clipped_delta(start, sampled)
+        std = self.params.noise_multiplier * self.params.max_grad_norm * math.sqrt(self.num_silos)
+        return SiloContribution(vector=delta + self._noise(delta.size, std), events=(self._user_level_event(round_index, sampled),))
+
+
+class GroupSilo(_UldpSilo):
+    """ULDP-GROUP-k (Algorithm 2): record-level DP-SGD on the records kept under the k-per-user limit."""
+
+    def __init__(self, context: SiloContext, params: UldpParams) -> None:
+        super().__init__(context, params)
+        self.group_k = resolve_group_k(params.group_k, self.histogram)
+        quota = round_robin_quota(self.histogram, group_k=self.group_k)[context.silo_id]
+        kept = np.sort(np.concatenate(
+            [np.flatnonzero(self.user_ids == u)[: quota[u]] for u in np.unique(self.user_ids)] or [np.zeros(0, dtype=np.int64)]
+        )).astype(np.int64)
+        self.kept = kept
+        index = torch.as_tensor(kept, device=context.device)
+        self.local = dataclasses.replace(context, features=context.features[index], labels=context.labels[index])
+        self.rate = min(1.0, context.training.batch_size / len(kept)) if len(kept) else 0.0
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
+        plan_mask(plan, self.num_users)  # group has no user sampling: only None passes for all users
+        (start,) = state
+        ctx, params = self.local, self.params
+        steps = ctx.training.local_steps if len(self.kept) else 0
+        load_vector_into_model(ctx.model, start)
+        ctx.model.train()
+        if steps:
+            noisy_local_training(ctx, rates=self.rate, noise_multiplier=params.noise_multiplier,
+                                 max_grad_norm=params.max_grad_norm, divisor=float(ctx.training.batch_size))
+        event = GroupDpSgdEvent(round_index=round_index, sampling_rate=self.rate, noise_multiplier=params.noise_multiplier,
+                                steps=steps, group_k=self.group_k)
+        return SiloContribution(vector=model_to_vector(ctx.model) - start, events=(event,))
+
+
+def build_silo(context: SiloContext, params: UldpParams) -> SiloMechanism:
+    """The silo object of ``params.variant``."""
+    variant = Variant(params.variant)
+    if variant is Variant.NAIVE:
+        return NaiveSilo(context, params)
+    if variant is Variant.GROUP:
+        return GroupSilo(context, params)
+    return PerUserSilo(context, params)

@@ -1,0 +1,59 @@
+"""``uldp`` end to end through real Ray actors on Fed-Heart-Disease (4 hospitals, users split inside them):
+the reported user-level epsilon equals ``mechanisms.uldp.epsilon`` for the realised settings."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mechanisms.uldp as uldp
+from simulator.engine import run
+
+ROUNDS, LOCAL_STEPS, BATCH = 2, 2, 16
+
+
+def _scenario(heart_disease_dir, **mechanism) -> dict:
+    return {
+        "name": "uldp_e2e",
+        "seed": 3,
+        "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
+                 "users": {"count": 50, "records": "zipf", "silos": "zipf"}},
+        "model": {"name": "logistic_regression"},
+        "federation": {"rounds": ROUNDS, "local_steps": LOCAL_STEPS, "batch_size": BATCH, "lr": 0.01},
+        "mechanism": {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5, **mechanism},
+        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+    }
+
+
+@pytest.mark.parametrize(("variant", "user_rate"), [("naive", 1.0), ("avg", 1.0), ("avg_w", 0.5), ("sgd", 1.0)])
+def test_user_level_variants_report_the_accountants_epsilon(ray_local, heart_disease_dir, tmp_path, variant, user_rate) -> None:
+    run(_scenario(heart_disease_dir, variant=variant, user_rate=user_rate), out_dir=tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    privacy = summary["privacy"]
+    want = uldp.epsilon(variant=variant, noise_multiplier=5.0, rounds=ROUNDS, delta=1e-5, user_rate=user_rate)
+    assert privacy["epsilon"] == pytest.approx(want, rel=1e-12)
+    assert privacy["variant"] == variant and privacy["rounds_accounted"] == ROUNDS
+    users = summary["users"]
+    assert users["count"] == 50 and users["users_with_records"] + users["dropped_users"] == 50
+    assert len(users["users_per_silo"]) == 4
+    sampled = privacy["users_sampled_per_round"]
+    if user_rate == 1.0:
+        assert sampled == [50] * ROUNDS
+    else:  # the server's sample reached every silo (they agreed, or the accountant would have refused)
+        assert all(0 < n < 50 for n in sampled)
+    assert np.isfinite(summary["final"]["accuracy"])
+
+
+def test_group_reports_group_privacy_of_the_worst_silo(ray_local, heart_disease_dir, tmp_path) -> None:
+    run(_scenario(heart_disease_dir, variant="group", group_k="max", noise_multiplier=1.0), out_dir=tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    privacy = summary["privacy"]
+    k = summary["users"]["records_per_user"]["max"]
+    assert privacy["group_k"] == k and privacy["group_size_accounted"] == 2 ** int(np.ceil(np.log2(k)))
+    want = uldp.epsilon(variant="group", noise_multiplier=1.0, rounds=ROUNDS, delta=1e-5, group_k=k,
+                        sampling_rate=privacy["record_sampling_rate_max"], local_steps=LOCAL_STEPS)
+    assert privacy["epsilon"] == pytest.approx(want, rel=1e-12)
+    # k = max keeps every record: the busiest silo's rate is the batch over its record count
+    smallest_silo = min(p["records"] for p in summary["placement"])
+    assert privacy["record_sampling_rate_max"] == pytest.approx(min(1.0, BATCH / smallest_silo))
