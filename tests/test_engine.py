@@ -219,7 +219,8 @@ def test_sampling_skips_exactly_the_rounds_below_the_minimum(silos, client_rate,
     """The skip decision against an independent replay of the same draws, and the per-silo training rate
     against lambda' = lambda * P[Binomial(N - 1, lambda) >= m - 1] <= lambda (the rate the README's accounting
     argument uses). 100,000 rounds: each frequency is within 5.5 standard errors of lambda' except with
-    probability about 4e-8 (the generator is seeded, so the outcome is fixed)."""
+    probability about 4e-8, so the 14 checks fail falsely with probability below 6e-7 (and the generator is
+    seeded, so the outcome is fixed)."""
     from scipy import stats
 
     from simulator.actors import sample_participants

@@ -127,6 +127,7 @@ def test_the_reviews_wrapped_sum_is_now_detected() -> None:
         codec.encode(np.array([3.3e11]))
 
 
+@settings(deadline=None)
 @given(codec=codecs(max_modulus_bits=53))
 def test_encode_range_check_is_exact_at_the_boundary(codec: FixedPointCodec) -> None:
     # With at most 53 bits every integer involved is exactly a float64, so the boundary can be hit exactly.
@@ -139,6 +140,7 @@ def test_encode_range_check_is_exact_at_the_boundary(codec: FixedPointCodec) -> 
     assert (caught.value.value, caught.value.limit) == (just_over, largest_ok)
 
 
+@settings(deadline=None)
 @given(codec=codecs(), sign=st.sampled_from([1.0, -1.0]), excess=st.floats(1.0, 1e300))
 def test_encode_rejects_values_beyond_the_range(codec: FixedPointCodec, sign: float, excess: float) -> None:
     too_large = sign * math.ldexp(codec.max_integer + 1, -codec.fractional_bits) * excess
