@@ -122,3 +122,13 @@ def test_list_names_everything(capsys):
     out = capsys.readouterr().out
     for name in ("dp_sgd", "none", "digits", "heart_disease", "mnist", "cnn", "dirichlet", "secure_aggregation"):
         assert name in out
+
+
+def test_registry_names_match_the_mechanism_classes():
+    from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+
+    assert MECHANISM_NAMES == ("dp_sgd", "none", "rpdp")
+    for name in MECHANISM_NAMES:
+        assert mechanism_class(name).name == name
+    with pytest.raises(KeyError):
+        mechanism_class("magic")
