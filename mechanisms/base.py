@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from mechanisms.events import PrivacyEvent
+
+# torch is imported where tensors are handled: validating a scenario must not load it (see mechanisms.registry).
+if TYPE_CHECKING:
+    import torch
 
 GlobalState = tuple[np.ndarray, ...]
 
@@ -171,11 +174,15 @@ class Mechanism(ABC):
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:
     """Flatten a model's parameters (in ``named_parameters`` order) into one float64 vector."""
+    import torch
+
     return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
 
 
 def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
+    import torch
+
     first = next(model.parameters())
     # torch.tensor copies: the parameters must never alias the caller's (e.g. the broadcast) array.
     torch.nn.utils.vector_to_parameters(torch.tensor(vector, dtype=first.dtype, device=first.device), model.parameters())

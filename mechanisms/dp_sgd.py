@@ -15,10 +15,10 @@ reveal the record count).
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
-from mechanisms.accounting import RdpAccountant
 from mechanisms.base import (
     GlobalState,
     Mechanism,
@@ -33,7 +33,11 @@ from mechanisms.base import (
 )
 from mechanisms.events import PoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
-from mechanisms.per_sample import noisy_sgd_step
+
+# torch, per-sample gradients and Opacus are imported where a silo trains or a run is accounted: validating a
+# scenario needs DpSgdParams only (see mechanisms.registry).
+if TYPE_CHECKING:
+    import torch
 
 
 # Every participating silo weighs the same in the average: weighting by the silo's record count would put an
@@ -66,6 +70,8 @@ def noisy_local_training(
     divisor: float | None = None,
 ) -> None:
     """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record)."""
+    from mechanisms.per_sample import noisy_sgd_step
+
     for _ in range(context.training.local_steps):
         noisy_sgd_step(
             context.model,
@@ -122,6 +128,8 @@ class DpSgd(Mechanism):
         return FedAvgServer()
 
     def accountant(self) -> PrivacyAccountant:
+        from mechanisms.accounting import RdpAccountant
+
         return RdpAccountant(delta=self.params.delta)
 
     def assumed_public(self) -> tuple[str, ...]:

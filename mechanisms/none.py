@@ -1,8 +1,6 @@
 """``none``: plain FedAvg without any privacy protection (the PrivacyFree baseline)."""
 from __future__ import annotations
 
-import torch
-
 from mechanisms.base import (
     GlobalState,
     Mechanism,
@@ -23,6 +21,8 @@ class FedAvgSilo(SiloMechanism):
         self.context = context
 
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        import torch  # not at the top of the module: see mechanisms.registry
+
         ctx = self.context
         (start,) = state
         load_vector_into_model(ctx.model, start)

@@ -1,15 +1,28 @@
-"""Name -> mechanism class. Adding a mechanism means adding it here; the actors never change."""
+"""Name -> mechanism class. Adding a mechanism means adding one line here; the actors never change.
+
+Classes are imported when first asked for, so that ``privsilo list`` imports no mechanism and ``privsilo
+validate`` only the scenario's. ``validate`` needs the mechanism's ``Params`` class and must not pay for torch,
+Opacus or Ray either: a mechanism module imports those inside the methods and functions that train or account,
+never at its top (``tests/test_cli.py`` checks both).
+"""
 from __future__ import annotations
 
-from mechanisms.base import Mechanism
-from mechanisms.dp_sgd import DpSgd
-from mechanisms.none import NoPrivacy
-from mechanisms.rpdp.mechanism import Rpdp
-from mechanisms.uldp.mechanism import Uldp
+from importlib import import_module
+from typing import TYPE_CHECKING
 
-MECHANISMS: dict[str, type[Mechanism]] = {cls.name: cls for cls in (NoPrivacy, DpSgd, Rpdp, Uldp)}
+if TYPE_CHECKING:
+    from mechanisms.base import Mechanism
+
+_LOCATIONS = {  # name -> "module:class"
+    "none": "mechanisms.none:NoPrivacy",
+    "dp_sgd": "mechanisms.dp_sgd:DpSgd",
+    "rpdp": "mechanisms.rpdp.mechanism:Rpdp",
+    "uldp": "mechanisms.uldp.mechanism:Uldp",
+}
+MECHANISM_NAMES: tuple[str, ...] = tuple(sorted(_LOCATIONS))
 
 
 def mechanism_class(name: str) -> type[Mechanism]:
     """Return the mechanism class registered under ``name`` (KeyError if there is none)."""
-    return MECHANISMS[name]
+    module, _, cls = _LOCATIONS[name].partition(":")
+    return getattr(import_module(module), cls)

@@ -1,11 +1,13 @@
 """The ``privsilo`` command line: run, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
-an interrupted run exits with 130. Neither leaves a half-written output directory.
+an interrupted run exits with 130. Neither leaves a half-written output directory. Every command imports what
+it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplotlib.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +20,7 @@ EXIT_INTERRUPTED = 130
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.")
+    parser.add_argument("--version", action="version", version=f"privsilo {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a scenario and write its results")
@@ -48,16 +51,27 @@ def _parser() -> argparse.ArgumentParser:
 
     data = commands.add_parser("data", help="manage datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
-    fetch = data_commands.add_parser("fetch", help="download a dataset into the local cache")
+    fetch = data_commands.add_parser("fetch", help="download a dataset (or copy a local one) into the local cache")
     fetch.add_argument("name", help="dataset to fetch (heart_disease, mnist)")
     fetch.add_argument("--dir", type=Path, default=None, help="destination directory (default: the privsilo data cache)")
+    fetch.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
+                       help="copy the dataset's files from this local directory instead of downloading them")
     return parser
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from simulator.engine import resolve_scenario, run
+def _version() -> str:
+    try:
+        return importlib.metadata.version("privsilo")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: no package metadata; pip install -e .)"
 
-    scenario = resolve_scenario(args.scenario, args.overrides)
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from simulator.scenario import resolve_scenario
+
+    scenario = resolve_scenario(args.scenario, args.overrides)  # a bad file fails before torch and Ray load
+    from simulator.engine import run
+
     out = args.out or Path("runs") / scenario.name
     result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
     final = result.final
@@ -101,11 +115,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.data import load_dataset
-    from simulator.engine import resolve_scenario
-    from simulator.scenario import load_scenario_file
-    from simulator.sweep import load_grid
+    from simulator.scenario import load_scenario_file, resolve_scenario
 
     if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
+        from simulator.sweep import load_grid
+
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
         for name in dict.fromkeys((s.data.dataset, s.data.path) for s in scenarios):
@@ -119,12 +133,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(_: argparse.Namespace) -> int:
-    from mechanisms.registry import MECHANISMS
+    from mechanisms.registry import MECHANISM_NAMES
     from simulator.data import DATASETS
     from simulator.data.partition import PARTITIONS
     from simulator.models import MODELS
 
-    print("mechanisms: " + ", ".join(sorted(MECHANISMS)))
+    print("mechanisms: " + ", ".join(MECHANISM_NAMES))
     print("datasets:")
     for name, info in sorted(DATASETS.items()):
         print(f"  {name:15s} {info.description}")
@@ -139,7 +153,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     if args.name not in FETCHABLE:
         raise PrivsiloError(f"data fetch: got {args.name!r}; allowed: {', '.join(FETCHABLE)}")
-    path = fetch_dataset(args.name, dest=args.dir)
+    path = fetch_dataset(args.name, dest=args.dir, source=args.source)
     print(f"{args.name} is ready in {path}")
     return 0
 

@@ -1,63 +1,200 @@
-"""Connecting to Ray: a local instance by default, or an existing cluster by address."""
+"""Connecting to Ray: a local instance by default, or an existing cluster by address.
+
+Before joining a cluster privsilo checks, within ``ray.connect_timeout`` seconds, that a TCP connection to the
+address opens and that the other end answers the HTTP/2 greeting every gRPC server (a Ray head's GCS is one)
+sends: Ray itself retries an address where nothing answers for many minutes. Ray is imported only here, when a
+session opens, so that commands which never start one (``list``, ``validate``) do not pay for it.
+"""
 from __future__ import annotations
 
 import math
 import os
+import socket
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from dataclasses import dataclass, fields
+from typing import Iterable, Iterator
 
-import ray
+from simulator.errors import PrivsiloError, ScenarioError
 
-from simulator.errors import PrivsiloError
+# RFC 9113, Sec. 3.4: the client's connection preface, then an empty SETTINGS frame (9-byte frame header:
+# length 0, type 0x4, no flags, stream 0). A server's first frame must be SETTINGS.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0])
+HTTP2_FRAME_HEADER_BYTES = 9
+HTTP2_SETTINGS = 0x4
+
+
+@dataclass(frozen=True)
+class ActorDemand:
+    """What a run asks Ray for at once: one server actor and ``silos`` silo actors with these shares."""
+
+    server_cpus: float
+    server_gpus: float
+    silo_cpus: float
+    silo_gpus: float
+    silos: int
+
+    @property
+    def cpus(self) -> float:
+        return self.server_cpus + self.silos * self.silo_cpus
+
+    @property
+    def gpus(self) -> float:
+        return self.server_gpus + self.silos * self.silo_gpus
+
+    @property
+    def actors(self) -> int:
+        return self.silos + 1
+
+    @classmethod
+    def covering(cls, demands: Iterable[ActorDemand]) -> ActorDemand:
+        """The field-wise maximum: at least what any one of ``demands`` asks for (runs of a sweep, one at a time)."""
+        demands = list(demands)
+        return cls(**{f.name: max(getattr(d, f.name) for d in demands) for f in fields(cls)})
 
 
 @contextmanager
-def ray_session(*, address: str | None, cpus_needed: float, gpus_needed: float, actors: int) -> Iterator[None]:
+def ray_session(*, address: str | None, demand: ActorDemand, connect_timeout: float) -> Iterator[None]:
     """Use the Ray session already open in this process, or open one (and close it afterwards).
 
-    A local session gets at least as many logical CPUs/GPUs as the scenario asks for, so that e.g. ten silos
+    A local session gets at least as many logical CPUs/GPUs as ``demand`` asks for, so that e.g. ten silos
     with ``num_cpus: 0.5`` are scheduled at once on two cores, and silos with a GPU share are scheduled on a
-    machine without a GPU (they then train on the CPU, with a warning).
+    machine without a GPU (they then train on the CPU, with a warning). A cluster at ``address`` must offer them.
     """
+    import ray
+
     if ray.is_initialized():
-        _check_capacity(cpus_needed, gpus_needed, actors)
+        _check_capacity(demand, where="the Ray session of this process")
         yield
         return
     if address:
+        check_reachable(address, timeout=connect_timeout)
         try:
             ray.init(address=address, logging_level="ERROR", configure_logging=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise PrivsiloError(f"ray.address: cannot join the Ray cluster at {address!r} ({exc})") from None
+            raise ScenarioError("ray.address", address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
     else:
-        cpus = max(os.cpu_count() or 1, math.ceil(cpus_needed))
-        gpus = math.ceil(gpus_needed) if gpus_needed else None
+        cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
+        gpus = math.ceil(demand.gpus) if demand.gpus else None
         # address="local": always a fresh local instance, never a cluster someone else started on this machine.
         ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     try:
-        _check_capacity(cpus_needed, gpus_needed, actors)
+        _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield
     finally:
         ray.shutdown()
 
 
+def check_reachable(address: str, *, timeout: float) -> None:
+    """Raise ScenarioError unless a gRPC server (a Ray head's GCS) answers at ``address`` within ``timeout`` s.
+
+    ``address`` is ``[scheme://]HOST:PORT`` (IPv6 hosts in brackets); Ray's keywords without a port (``auto``)
+    are left to Ray, which fails fast on them. With Ray's TLS on (``RAY_USE_TLS``) only the TCP connection is
+    checked, since the greeting is then encrypted.
+    """
+    target = _host_and_port(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout
+    tried = f"tried {target[0]}:{target[1]} for up to {timeout:g} s, ray.connect_timeout"
+    try:
+        with socket.create_connection(target, timeout=timeout) as connection:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            connection.settimeout(max(deadline - time.monotonic(), 1e-3))
+            connection.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
+            header = _receive(connection, HTTP2_FRAME_HEADER_BYTES)
+    except socket.timeout:
+        problem = f"nothing answered ({tried}); check the address and that the head is running"
+        raise ScenarioError("ray.address", address, problem) from None
+    except OSError as exc:
+        problem = f"no Ray head there: {exc.strerror or type(exc).__name__} ({tried}); start one with `ray start --head`"
+        raise ScenarioError("ray.address", address, f"{problem} or check the address") from None
+    if len(header) < HTTP2_FRAME_HEADER_BYTES or header[3] != HTTP2_SETTINGS:
+        raise ScenarioError(
+            "ray.address", address,
+            f"something listens there but it is not a Ray head ({tried}); give the head's GCS address "
+            "(`ray start --head` prints it; port 6379 by default, not the dashboard's 8265)",
+        )
+
+
+def _host_and_port(address: str) -> tuple[str, int] | None:
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, separator, port = rest.rpartition(":")
+    if not separator and rest.isidentifier():  # a Ray keyword such as "auto"
+        return None
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ScenarioError("ray.address", address, "must look like HOST:PORT, the head's GCS address (port 6379 by default)")
+    return host, int(port)
+
+
+def _receive(connection: socket.socket, size: int) -> bytes:
+    """Up to ``size`` bytes: fewer only when the peer closes the connection first."""
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 # Resident memory of one training actor process with torch loaded, measured here at about 450 MiB.
 ACTOR_MEMORY_BYTES = 450 * 2**20
+# Suggested shares are whole hundredths (Ray itself counts resources in units of 0.0001).
+SHARE_DIVISIONS = 100
 
 
-def _check_capacity(cpus_needed: float, gpus_needed: float, actors: int) -> None:
-    """Refuse before starting anything when the cluster clearly cannot host the scenario's actors."""
+def _check_capacity(demand: ActorDemand, *, where: str) -> None:
+    """Refuse before starting anything when the cluster clearly cannot host the run's actors at once."""
+    import ray
+
     total = ray.cluster_resources()
     memory = total.get("memory", 0.0)
-    if actors * ACTOR_MEMORY_BYTES > memory:
+    if demand.actors * ACTOR_MEMORY_BYTES > memory:
         raise PrivsiloError(
-            f"data.silos: {actors - 1} silos need about {actors * ACTOR_MEMORY_BYTES / 2**30:.1f} GiB for their actor "
+            f"data.silos: {demand.silos} silos need about {demand.actors * ACTOR_MEMORY_BYTES / 2**30:.1f} GiB for their actor "
             f"processes but Ray has {memory / 2**30:.1f} GiB; use at most {int(memory // ACTOR_MEMORY_BYTES) - 1} silos "
             "here or add nodes (one actor per silo)"
         )
-    for resource, needed, field in (("CPU", cpus_needed, "num_cpus"), ("GPU", gpus_needed, "num_gpus")):
-        have = total.get(resource, 0.0)
+    asked, offered, settings = [], [], []
+    for resource, field, server, silo in (("CPU", "num_cpus", demand.server_cpus, demand.silo_cpus),
+                                          ("GPU", "num_gpus", demand.server_gpus, demand.silo_gpus)):
+        needed, have = server + demand.silos * silo, total.get(resource, 0.0)
         if needed > have + 1e-9:
-            raise PrivsiloError(
-                f"resources: the scenario's actors need {needed:g} {resource} in all but the Ray cluster has {have:g}; "
-                f"lower resources.*.{field} or add nodes"
-            )
+            asked.append(f"{needed:g} {resource} (server {server:g} + {demand.silos} silos x {silo:g})")
+            offered.append(f"{have:g} {resource}")
+            settings.append(fitting_settings(field=field, server=server, silo=silo, silos=demand.silos, have=have))
+    if asked:
+        options = " ".join(f"--set {setting}" for group in settings for setting in group)
+        remedy = f"use {options} or add nodes" if all(settings) else "add nodes"
+        raise PrivsiloError(
+            f"resources: the actors need {' and '.join(asked)} at once but {where} offers {' and '.join(offered)}; "
+            f"{remedy} (a local run sizes Ray to the scenario, a cluster must offer what its actors ask for)"
+        )
+
+
+def fitting_settings(*, field: str, server: float, silo: float, silos: int, have: float) -> list[str]:
+    """``key=value`` settings under which one server and ``silos`` silos fit into ``have`` units of a resource.
+
+    Shares only ever go down, in whole hundredths: the silos' alone if that suffices, else the silos' to at most
+    an equal share and the server's to what is left. Without a GPU to share: no GPUs (the actors then train on
+    the CPU). Empty when not even a hundredth of a CPU per actor fits.
+    """
+    if silo > 0 and (share := _share(have - server, silos)) > 0:
+        return [f"resources.silo.{field}={share:g}"]
+    new_silo = min(silo, _share(have, silos + 1))
+    new_server = min(server, _share(have - silos * new_silo, 1))
+    if (new_silo > 0 or silo == 0) and (new_server > 0 or server == 0):
+        changed = (("server", server, new_server), ("silo", silo, new_silo))
+        return [f"resources.{role}.{field}={new:g}" for role, old, new in changed if new != old]
+    if field == "num_gpus":
+        return [f"resources.{role}.num_gpus=0" for role, asked in (("server", server), ("silo", silo)) if asked > 0]
+    return []
+
+
+def _share(available: float, actors: int) -> float:
+    """The largest whole number of hundredths that each of ``actors`` actors can take out of ``available``."""
+    return max(math.floor(available * SHARE_DIVISIONS / actors + 1e-9), 0) / SHARE_DIVISIONS

@@ -23,14 +23,14 @@ from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
 from simulator.actors import ServerActor, SiloActor
-from simulator.cluster import ray_session
+from simulator.cluster import ActorDemand, ray_session
 from simulator.data import Dataset, load_dataset
 from simulator.data.partition import partition_indices
 from simulator.data.users import UserAllocation, allocate_users, users_generator
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
-from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 
 ACTOR_START_TIMEOUT_S = 300
 
@@ -61,16 +61,6 @@ class RunResult:
         return {"rounds": len(self.rounds), "accuracy": last.accuracy, "loss": last.loss}
 
 
-def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Accept a Scenario, a raw mapping or a YAML path; apply ``key=value`` overrides; validate."""
-    if isinstance(scenario, Scenario):
-        if not overrides:
-            return scenario
-        scenario = scenario.to_dict()
-    raw = load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario)
-    return validate_scenario(apply_overrides(raw, overrides or []))
-
-
 def run(
     scenario: Scenario | Mapping[str, Any] | str | Path,
     *,
@@ -84,7 +74,7 @@ def run(
 
     scenario = resolve_scenario(scenario, overrides)
     if address:
-        scenario = validate_scenario({**scenario.to_dict(), "ray": {"address": address}})
+        scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
     result = _run(scenario, progress=progress)
     if out_dir is not None:
         write_run(result, Path(out_dir))
@@ -147,10 +137,11 @@ def _user_allocation(scenario: Scenario, dataset: Dataset, parts: list[np.ndarra
         raise ScenarioError("data.users.count", users.count, f"does not fit {len(dataset.y_train)} records of '{scenario.data.dataset}' in {scenario.data.silos} silos ({exc})") from None
 
 
-def resources_needed(scenario: Scenario) -> tuple[float, float, int]:
-    """CPUs, GPUs and actor processes a run needs at once (a server and one actor per silo)."""
-    res, silos = scenario.resources, scenario.data.silos
-    return res.server.num_cpus + res.silo.num_cpus * silos, res.server.num_gpus + res.silo.num_gpus * silos, silos + 1
+def resources_needed(scenario: Scenario) -> ActorDemand:
+    """What a run asks Ray for at once: a server actor and one actor per silo."""
+    res = scenario.resources
+    return ActorDemand(server_cpus=res.server.num_cpus, server_gpus=res.server.num_gpus, silo_cpus=res.silo.num_cpus,
+                       silo_gpus=res.silo.num_gpus, silos=scenario.data.silos)
 
 
 def record_events(accountant: PrivacyAccountant, events_by_silo: Mapping[int, Sequence[PrivacyEvent]]) -> None:
@@ -200,8 +191,9 @@ class Federation:
             histogram = self.users.histogram()
         res = scenario.resources
         t_data = time.perf_counter()
-        cpus, gpus, actors = resources_needed(scenario)
-        self._stack.enter_context(ray_session(address=scenario.ray.address, cpus_needed=cpus, gpus_needed=gpus, actors=actors))
+        self._stack.enter_context(
+            ray_session(address=scenario.ray.address, demand=resources_needed(scenario), connect_timeout=scenario.ray.connect_timeout)
+        )
         silo_class = ray.remote(SiloActor).options(num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
         self.silos = []
         for i, idx in enumerate(parts):

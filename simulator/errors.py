@@ -1,6 +1,7 @@
 """Errors that reach the user as one clear line (exit code 2), never as a traceback."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -23,3 +24,16 @@ class ScenarioError(PrivsiloError):
 
 class DataUnavailableError(PrivsiloError):
     """A dataset's files are not on this machine; the message says how to get them."""
+
+
+class ScenarioFileError(PrivsiloError):
+    """A scenario or grid file cannot be read as a YAML mapping.
+
+    The message names the file and, where known (a YAML syntax error, a byte that is not UTF-8), the line and
+    column: ``FILE, line L, column C: problem``.
+    """
+
+    def __init__(self, path: Path, problem: str, *, line: int | None = None, column: int | None = None) -> None:
+        self.path, self.line, self.column = path, line, column
+        where = str(path) if line is None else f"{path}, line {line}, column {column}"
+        super().__init__(f"{where}: {problem}")

@@ -11,13 +11,16 @@
   DLG, every weight and bias starts uniform in [-0.5, 0.5], which is what makes gradient inversion work on it.
 
 Every model's initial weights are a function of torch's global seed only (``torch.manual_seed``).
+torch is imported by the builders, not at the top: ``privsilo list`` and ``validate`` need only the names and
+:func:`model_supports`.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
 MODELS = ("logistic_regression", "mlp", "cnn", "lenet")
 MLP_HIDDEN = 200
@@ -42,6 +45,8 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
 
     Raises ValueError for an unknown name or a feature shape the model does not support.
     """
+    from torch import nn
+
     if not model_supports(name, feature_shape):
         raise ValueError(f"model {name!r} does not support inputs of shape {tuple(feature_shape)}; "
                          "cnn and lenet need images shaped (channels, height, width)")
@@ -60,6 +65,8 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
 
 
 def _mcmahan_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    from torch import nn
+
     channels, height, width = feature_shape
     scale = 2 ** CNN_POOLINGS
     return nn.Sequential(
@@ -72,6 +79,9 @@ def _mcmahan_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Modu
 
 
 def _dlg_lenet(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    import torch
+    from torch import nn
+
     channels, height, width = feature_shape
     layers: list[nn.Module] = []
     for stride in LENET_STRIDES:

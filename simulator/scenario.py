@@ -3,7 +3,9 @@
 A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
 ``mechanism``, ``protocol``, ``resources`` and ``ray`` (every key is documented in the README). Validation
 turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
-allowed. Scripts rely on these key names: extend the schema, never rename a key.
+allowed; a file that cannot be read as a YAML mapping is one :class:`~simulator.errors.ScenarioFileError` naming
+the file (and the line and column of a YAML syntax error). Scripts rely on these key names: extend the schema,
+never rename a key. This module loads neither torch nor Ray (``privsilo validate`` uses it).
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from mechanisms.base import MechanismParams
-from mechanisms.registry import MECHANISMS
-from simulator.errors import ScenarioError
+from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+from simulator.errors import ScenarioError, ScenarioFileError
 
 
 class _Block(BaseModel):
@@ -84,6 +86,7 @@ class ResourcesConfig(_Block):
 
 class RayConfig(_Block):
     address: str | None = None
+    connect_timeout: float = Field(30.0, gt=0, allow_inf_nan=False)
 
 
 class MechanismConfig(_Block):
@@ -113,18 +116,64 @@ class Scenario(_Block):
         return {key: raw[key] for key in order}
 
 
+def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Accept a Scenario, a raw mapping or a YAML path; apply ``key=value`` overrides; validate."""
+    if isinstance(scenario, Scenario):
+        if not overrides:
+            return scenario
+        scenario = scenario.to_dict()
+    raw = load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario)
+    return validate_scenario(apply_overrides(raw, overrides or []))
+
+
 def load_scenario_file(path: str | Path) -> dict[str, Any]:
-    """Read a scenario file into a raw mapping (not yet validated)."""
+    """Read a scenario (or sweep grid) file into a raw mapping, not yet validated.
+
+    A file that is missing, not UTF-8, not YAML, empty or not a mapping raises one error naming the file.
+    """
     path = Path(path)
     if not path.is_file():
         raise ScenarioError("scenario", str(path), "must be an existing YAML file")
+    data = path.read_bytes()
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start].decode("utf-8")
+        line, column = _line_and_column(before, len(before))
+        problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        raise ScenarioFileError(path, problem, line=line, column=column) from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError("scenario", str(path), f"must be valid YAML ({exc})") from None
+        raise _yaml_file_error(path, text, exc) from None
+    expected = "a YAML mapping of keys such as `name:` and `data:`"
+    if raw is None:
+        raise ScenarioFileError(path, f"the file is empty; expected {expected}")
     if not isinstance(raw, dict):
-        raise ScenarioError("scenario", type(raw).__name__, "the top level must be a mapping of blocks")
+        raise ScenarioFileError(path, f"the top level is a {type(raw).__name__}; expected {expected}")
     return raw
+
+
+def _line_and_column(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of character ``index`` of ``text``."""
+    line_start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - line_start + 1
+
+
+def _yaml_file_error(path: Path, text: str, exc: yaml.YAMLError) -> ScenarioFileError:
+    """PyYAML's diagnosis in one line, at the file's line and column (PyYAML names the text "<unicode string>")."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark, context = exc.problem_mark, ""
+        if exc.context and exc.context_mark is not None and exc.context_mark.line != mark.line:
+            context = f" ({exc.context} that starts at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        elif exc.context:
+            context = f" ({exc.context})"
+        return ScenarioFileError(path, f"invalid YAML: {exc.problem}{context}", line=mark.line + 1, column=mark.column + 1)
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character
+        line, column = _line_and_column(text, exc.position)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return ScenarioFileError(path, f"invalid YAML: the character U+{code:04X} is not allowed", line=line, column=column)
+    return ScenarioFileError(path, f"invalid YAML: {' '.join(str(exc).split())}")
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -141,7 +190,11 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
             if not isinstance(child, dict):
                 raise ScenarioError(".".join(parts[: i + 1]), child, "is not a block, so it has no sub-keys")
             node = child
-        node[parts[-1]] = yaml.safe_load(text) if text else None
+        try:
+            node[parts[-1]] = yaml.safe_load(text) if text else None
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+            raise ScenarioError("--set", item, f"the value must be YAML, as in a scenario file ({problem})") from None
     return result
 
 
@@ -165,9 +218,9 @@ def _validate_mechanism(raw: Any) -> MechanismConfig:
         raise ScenarioError("mechanism", raw, "must be a mapping with at least a 'name' key")
     params = dict(raw)
     name = params.pop("name", "none")
-    if name not in MECHANISMS:
-        raise ScenarioError("mechanism.name", name, f"allowed: {', '.join(sorted(MECHANISMS))}")
-    params_class = MECHANISMS[name].Params
+    if name not in MECHANISM_NAMES:
+        raise ScenarioError("mechanism.name", name, f"allowed: {', '.join(MECHANISM_NAMES)}")
+    params_class = mechanism_class(name).Params
     try:
         validated = params_class.model_validate(params)
     except ValidationError as exc:
@@ -196,7 +249,7 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
     if data.users is not None and data.partition not in ("iid", "natural"):
         raise ScenarioError("data.partition", data.partition, "with data.users the silos come from the user allocation; use iid (the default) or natural")
-    mechanism = MECHANISMS[scenario.mechanism.name]
+    mechanism = mechanism_class(scenario.mechanism.name)
     if mechanism.needs_users and data.users is None:
         raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")
     if mechanism.needs_every_silo and scenario.federation.client_rate != 1.0:
@@ -233,9 +286,20 @@ def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tup
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(model, tuple(str(p) for p in err["loc"][:-1]))
         return ScenarioError(field, err["input"], f"unknown key; allowed keys here: {', '.join(allowed) or 'none'}")
+    if err["type"] == "value_error":
+        return _validator_error(field, err["input"], str(err["ctx"]["error"]))
     message = err["msg"]
     message = message[0].lower() + message[1:] if message else message
     return ScenarioError(field, err["input"], message)
+
+
+def _validator_error(field: str, value: Any, message: str) -> ScenarioError:
+    """A field validator's own words (without pydantic's "Value error, "); a message "key: problem" about a key
+    of a mapping-valued field names that key and its value."""
+    key, separator, problem = message.partition(": ")
+    if separator and isinstance(value, dict) and key in value:
+        return ScenarioError(f"{field}.{key}", value[key], problem)
+    return ScenarioError(field, value, message)
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[str, ...]) -> list[str]:

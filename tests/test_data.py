@@ -1,6 +1,7 @@
 """Datasets, partitions and the one-time fetch."""
 from __future__ import annotations
 
+import gzip
 import pathlib
 
 import numpy as np
@@ -226,3 +227,41 @@ def test_fetch_heart_disease_then_load(tmp_path):
     assert sorted(path.name for path in directory.iterdir()) == sorted(f"processed.{c}.data" for c in CENTERS)
     records = read_center_records(path=directory)
     assert [len(records[center][1]) for center in CENTERS] == [303, 261, 46, 130]
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    """``array`` (uint8) as a gzipped IDX file, the format of LeCun's MNIST distribution."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(size.to_bytes(4, "big") for size in array.shape)
+    return gzip.compress(header + array.tobytes(), compresslevel=1)
+
+
+def test_fetch_mnist_from_a_local_copy_of_the_idx_files(tmp_path):
+    from simulator.data.fetch import MNIST_IDX_FILES, MNIST_SHAPES, fetch_dataset
+
+    rng = np.random.default_rng(0)
+    arrays = {key: rng.integers(0, 10 if key.startswith("y") else 256, size=shape, dtype=np.uint8)
+              for key, shape in MNIST_SHAPES.items()}
+    source = tmp_path / "copy"
+    source.mkdir()
+    for key, file in MNIST_IDX_FILES.items():
+        (source / file).write_bytes(_idx_gz(arrays[key]))
+    directory = fetch_dataset("mnist", dest=tmp_path / "cache", source=source, progress=False)
+    dataset = load_dataset("mnist", path=str(directory))
+    assert np.array_equal(dataset.y_train, arrays["y_train"]) and np.array_equal(dataset.y_test, arrays["y_test"])
+    pixels = np.rint((dataset.x_test[:, 0] * 0.3081 + 0.1307) * 255).astype(np.uint8)
+    assert np.array_equal(pixels, arrays["x_test"])
+
+
+def test_fetch_mnist_from_a_wrong_copy_writes_nothing(tmp_path):
+    from simulator.data.fetch import MNIST_IDX_FILES, fetch_dataset
+
+    source = tmp_path / "copy"
+    source.mkdir()
+    for file in MNIST_IDX_FILES.values():
+        (source / file).write_bytes(_idx_gz(np.zeros((10, 28, 28) if "images" in file else (10,), dtype=np.uint8)))
+    with pytest.raises(DataUnavailableError, match=f"MNIST from {source} has unexpected shapes"):
+        fetch_dataset("mnist", dest=tmp_path / "cache", source=source, progress=False)
+    (source / MNIST_IDX_FILES["y_test"]).unlink()
+    with pytest.raises(DataUnavailableError, match=MNIST_IDX_FILES["y_test"]):
+        fetch_dataset("mnist", dest=tmp_path / "cache", source=source, progress=False)
+    assert not (tmp_path / "cache").exists()

@@ -123,7 +123,7 @@ def test_rpdp_run_on_heart_disease_respects_every_budget(ray_local, heart_diseas
 def test_bad_budgets_name_the_field(budgets, needle):
     with pytest.raises(ScenarioError) as info:
         validate_scenario(small_scenario(mechanism={"name": "rpdp", "budgets": budgets}))
-    assert info.value.field == "mechanism.budgets" and needle in str(info.value)
+    assert info.value.field.startswith("mechanism.budgets") and needle in str(info.value)  # e.g. mechanism.budgets.path
 
 
 def test_cli_reports_refusal_in_one_line(ray_local, tmp_path, capsys):

@@ -139,3 +139,13 @@ def test_min_participants_defaults_to_two_with_secure_aggregation_and_is_checked
         assert allowed in err
     assert main(["validate", secagg, "--set", "data.silos=1"]) == 2
     assert "protocol.min_participants: got 2; must not exceed data.silos = 1" in capsys.readouterr().err
+
+
+def test_registry_names_match_the_mechanism_classes():
+    from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+
+    assert MECHANISM_NAMES == ("dp_sgd", "none", "rpdp", "uldp")
+    for name in MECHANISM_NAMES:
+        assert mechanism_class(name).name == name
+    with pytest.raises(KeyError):
+        mechanism_class("magic")

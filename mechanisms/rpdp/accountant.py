@@ -25,8 +25,6 @@ from numbers import Integral, Real
 import numpy as np
 from scipy import special
 
-from mechanisms.accounting import DEFAULT_ORDERS
-
 # Opacus stops the fractional-order series after the first term whose two parts are both below exp(-30).
 _SERIES_STOP_LOG = -30.0
 _FIRST_CHUNK = 16
@@ -89,6 +87,8 @@ def _rates(q: object) -> np.ndarray:
 
 
 def _orders(orders: object) -> np.ndarray:
+    from mechanisms.accounting import DEFAULT_ORDERS  # loads Opacus and torch: see mechanisms.registry
+
     values = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=np.float64).ravel()
     if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1.0):
         raise ValueError(f"orders must be a non-empty sequence of finite numbers > 1, got {orders!r}")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field, field_validator
 
 from mechanisms.base import (
@@ -74,7 +73,7 @@ class RpdpParams(MechanismParams):
         if name == "column":
             path = spec.get("path")
             if not isinstance(path, str) or not Path(path).expanduser().is_file():
-                raise ValueError(f"budgets.path: {path!r} must be an existing CSV file")
+                raise ValueError("path: must be an existing CSV file (a header row, then one budget per training record)")
             if not isinstance(spec.get("column"), str) or set(spec) != {"path", "column"}:
                 raise ValueError("budgets of distribution 'column' take exactly the keys path and column")
             _read_budget_column(path, spec["column"])
@@ -103,7 +102,7 @@ def _read_budget_column(path: str, column: str) -> np.ndarray:
     """Budgets from a CSV column (header row; row r = training record r), validated: finite and > 0."""
     table = np.genfromtxt(Path(path).expanduser(), delimiter=",", names=True)
     if table.dtype.names is None or column not in table.dtype.names:
-        raise ValueError(f"budgets.column: {column!r} is not a column of {path} (columns: {table.dtype.names})")
+        raise ValueError(f"column: not a column of {path} (its columns: {', '.join(table.dtype.names or ())})")
     return budgets_from_column(np.atleast_1d(table[column]))
 
 
@@ -121,6 +120,8 @@ class RpdpSilo(SiloMechanism):
     """Local DP-SGD with per-record Poisson rates and per-record budget enforcement."""
 
     def __init__(self, context: SiloContext, params: RpdpParams) -> None:
+        import torch  # not at the top of the module: see mechanisms.registry
+
         self.context, self.params = context, params
         training = context.training
         seed = int(torch.randint(0, 2**62, (1,), generator=context.generator))
@@ -161,6 +162,8 @@ class RpdpSilo(SiloMechanism):
         return (self.plan,)
 
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        import torch
+
         ctx, params = self.context, self.params
         (start,) = state
         load_vector_into_model(ctx.model, start)

@@ -1,6 +1,21 @@
 """ULDP-FL: user-level DP across silos (Kato et al., VLDB 2024): variants NAIVE, GROUP-k, AVG, AVG-w and SGD,
-user-level sub-sampling, and their user-level accountant. This package imports no torch itself; the silo-side
-training lives in :mod:`mechanisms.uldp.training` and is imported only by the silos."""
-from mechanisms.uldp.accountant import GroupRounding, UldpAccountant, Variant, epsilon, group_epsilon, group_exponent
+user-level sub-sampling, and their user-level accountant. Importing the package loads neither torch nor Opacus
+(``privsilo validate`` relies on it): the accountant's names are loaded on first use (PEP 562), and the silo-side
+training lives in :mod:`mechanisms.uldp.training`, imported only by the silos."""
+from __future__ import annotations
 
-__all__ = ["GroupRounding", "UldpAccountant", "Variant", "epsilon", "group_epsilon", "group_exponent"]
+from importlib import import_module
+from typing import Any
+
+from mechanisms.uldp.variants import GroupRounding, Variant
+
+_ACCOUNTANT_NAMES = ("UldpAccountant", "epsilon", "group_epsilon", "group_exponent")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ACCOUNTANT_NAMES:
+        return getattr(import_module("mechanisms.uldp.accountant"), name)
+    raise AttributeError(f"module 'mechanisms.uldp' has no attribute {name!r}")
+
+
+__all__ = ["GroupRounding", "Variant", *_ACCOUNTANT_NAMES]

@@ -17,7 +17,6 @@ User-Level Differential Privacy", VLDB 2024).
 """
 from __future__ import annotations
 
-import enum
 import math
 import warnings
 from numbers import Integral, Real
@@ -29,23 +28,7 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-
-
-class Variant(str, enum.Enum):
-    """The ULDP-FL algorithms (Algorithms 1-3, Eq. 3)."""
-
-    NAIVE = "naive"
-    GROUP = "group"
-    AVG = "avg"
-    AVG_W = "avg_w"
-    SGD = "sgd"
-
-
-class GroupRounding(str, enum.Enum):
-    """How a group size ``k`` that is not a power of two is covered by Mironov's Prop. 2."""
-
-    UP = "up"  # smallest 2^c >= k: a guarantee
-    PAPER = "paper"  # the paper's code: largest 2^c <= k and its order grid; not a guarantee
+from mechanisms.uldp.variants import GroupRounding, Variant
 
 
 Schedule = Sequence[tuple[float, float, int]]  # (record sampling rate, noise multiplier, steps)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.base import GlobalState, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
-from mechanisms.uldp.accountant import UldpAccountant, Variant
+from mechanisms.uldp.variants import Variant
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.weights import UserSample, sample_users
 
@@ -77,6 +77,8 @@ class Uldp(Mechanism):
         return UldpServer(self.params, num_silos=num_silos, num_users=num_users)
 
     def accountant(self) -> PrivacyAccountant:
+        from mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts
+
         return UldpAccountant(variant=self.params.variant, delta=self.params.delta, group_rounding=self.params.group_rounding)
 
 

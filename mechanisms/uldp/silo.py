@@ -13,7 +13,7 @@ import torch
 from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, model_to_vector
 from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.uldp.accountant import Variant
+from mechanisms.uldp.variants import Variant
 from mechanisms.uldp.mechanism import plan_mask
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.training import clip_rows, train_users

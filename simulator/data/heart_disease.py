@@ -22,7 +22,6 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from simulator.data.datasets import Dataset, missing_data_error
 
@@ -59,6 +58,8 @@ def read_center_records(*, path: pathlib.Path) -> dict[str, tuple[np.ndarray, np
 
 def _train_mask(binary_labels: np.ndarray) -> np.ndarray:
     """FLamby's per-hospital split: True for the records that go to training."""
+    from sklearn.model_selection import train_test_split  # here: importing scikit-learn takes seconds
+
     levels, counts = np.unique(binary_labels, return_counts=True)
     stratify = binary_labels if len(levels) > 1 and (counts > 2).all() else None
     positions = np.arange(len(binary_labels))
