@@ -196,4 +196,5 @@ class Rpdp(Mechanism):
     def accountant(self) -> PrivacyAccountant:
         if self.params.variant == "privacy_free":
             return NoGuarantee()
-        return PersonalizedAccountant(delta=self.params.delta, conversion=self.params.conversion)
+        params = self.params
+        return PersonalizedAccountant(delta=params.delta, conversion=params.conversion, normalization=params.normalization)
