@@ -330,6 +330,7 @@ def rebuild_accountant(result: Any) -> Any:
 
     scenario = result.scenario
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    accountant.enrol(info.silo_id for info in result.placement)
     record_events(accountant, {info.silo_id: info.events for info in result.placement})
     for record in result.rounds:
         record_events(accountant, record.report.events)
