@@ -3,8 +3,10 @@
 Each silo's :class:`PoissonGaussianEvent` s are composed by adding their Renyi-DP curves, computed by Opacus'
 maintained analysis of the Sampled Gaussian Mechanism (``opacus.accountants.analysis.rdp.compute_rdp``) and
 converted to ``(epsilon, delta)`` by ``get_privacy_spent`` (Balle et al. 2020, Thm. 21), over the same orders as
-Opacus' ``RDPAccountant``. Consecutive events of one silo with the same ``(q, sigma)`` are merged by adding
-their steps, exactly as Opacus' accountant keeps its history.
+Opacus' ``RDPAccountant``. RDP composes additively and ``k`` steps of one ``(q, sigma)`` cost ``k`` times one
+step, so the accountant computes the one-step curve once per distinct ``(q, sigma)`` and keeps a running RDP
+curve per silo: recording an event and reading epsilon cost microseconds, not a recomputation of the history
+(the history, merged like Opacus' accountant merges it, is kept for inspection).
 
 Across silos: silos hold disjoint records and a record's neighbouring relation (add/remove one record) touches
 one silo only, so by parallel composition the federation's record-level epsilon is the **maximum** over silos of
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from opacus.accountants import RDPAccountant
@@ -51,6 +53,12 @@ def _validate_delta(delta: float) -> None:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
 
 
+def _silo_id(silo_id: object) -> int:
+    if isinstance(silo_id, bool) or not isinstance(silo_id, Integral):
+        raise TypeError(f"silo_id must be an integer, got {silo_id!r}")
+    return int(silo_id)
+
+
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -58,7 +66,8 @@ def _finite_or_none(value: float) -> float | None:
 class RdpAccountant(PrivacyAccountant):
     """Per-silo RDP composition of Poisson-subsampled Gaussian events; epsilon = max over silos.
 
-    ``delta`` is the target of :meth:`report`; :meth:`epsilon` and friends take any delta.
+    ``delta`` is the target of :meth:`report`; :meth:`epsilon` and friends take any delta. Silos made known by
+    :meth:`enrol` (the federation's silos, at start-up) are reported with epsilon 0 until they record an event.
     """
 
     def __init__(self, *, delta: float, orders: tuple[float, ...] = DEFAULT_ORDERS) -> None:
@@ -66,19 +75,34 @@ class RdpAccountant(PrivacyAccountant):
         self.delta = delta
         self.orders = np.asarray(orders, dtype=np.float64)
         self._history: dict[int, list[tuple[float, float, int]]] = {}
+        self._rdp: dict[int, np.ndarray] = {}
+        self._one_step: dict[tuple[float, float], np.ndarray] = {}
+
+    def enrol(self, silo_ids: Iterable[int]) -> None:
+        """Make the federation's silos known, so a silo never sampled is reported (it spent 0)."""
+        for silo in [_silo_id(silo) for silo in silo_ids]:  # all checked before any is added
+            self._history.setdefault(silo, [])
+
+    def _one_step_rdp(self, rate: float, sigma: float) -> np.ndarray:
+        """RDP of one step at every order (Opacus' ``compute_rdp``), computed once per ``(q, sigma)``."""
+        key = (rate, sigma)
+        if key not in self._one_step:
+            self._one_step[key] = np.asarray(compute_rdp(q=rate, noise_multiplier=sigma, steps=1, orders=self.orders))
+        return self._one_step[key]
 
     def record(self, silo_id: int, event: PoissonGaussianEvent) -> None:
         """Add ``event`` to ``silo_id``'s composition. Validates before changing any state.
 
         Events that cannot release anything (``steps == 0`` or ``sampling_rate == 0``) are validated and ignored.
         """
-        if isinstance(silo_id, bool) or not isinstance(silo_id, Integral):
-            raise TypeError(f"silo_id must be an integer, got {silo_id!r}")
+        silo = _silo_id(silo_id)
         _validate_event(event)
         if event.steps == 0 or event.sampling_rate == 0.0:
             return
         rate, sigma, steps = float(event.sampling_rate), float(event.noise_multiplier), int(event.steps)
-        history = self._history.setdefault(int(silo_id), [])
+        added = steps * self._one_step_rdp(rate, sigma)
+        self._rdp[silo] = self._rdp[silo] + added if silo in self._rdp else added
+        history = self._history.setdefault(silo, [])
         if history and history[-1][:2] == (rate, sigma):
             history[-1] = (rate, sigma, history[-1][2] + steps)
         else:
@@ -89,19 +113,18 @@ class RdpAccountant(PrivacyAccountant):
         return tuple(self._history.get(silo_id, ()))
 
     def _silo_epsilon_and_order(self, silo_id: int, delta: float) -> tuple[float, float]:
-        rdp = sum(
-            compute_rdp(q=rate, noise_multiplier=sigma, steps=steps, orders=self.orders)
-            for rate, sigma, steps in self._history[silo_id]
-        )
+        rdp = self._rdp.get(silo_id)
+        if rdp is None:  # enrolled, never took part: its records were never used
+            return 0.0, math.nan
         if np.isinf(rdp).all():
             return math.inf, math.nan
         epsilon, order = get_privacy_spent(orders=self.orders, rdp=rdp, delta=delta)
         return float(epsilon), float(order)
 
     def epsilon_per_silo(self, delta: float) -> dict[int, float]:
-        """Composed epsilon of every silo that recorded an event, at ``delta``."""
+        """Composed epsilon of every enrolled silo and every silo that recorded an event, at ``delta``."""
         _validate_delta(delta)
-        return {silo: self._silo_epsilon_and_order(silo, delta)[0] for silo in self._history}
+        return {silo: self._silo_epsilon_and_order(silo, delta)[0] for silo in sorted(self._history)}
 
     def epsilon(self, delta: float) -> float:
         """Record-level epsilon of the federation at ``delta``: max over silos (0.0 if nothing recorded)."""
@@ -109,16 +132,19 @@ class RdpAccountant(PrivacyAccountant):
 
     def best_order(self, delta: float) -> float:
         """RDP order attaining :meth:`epsilon` (for the silo with the largest epsilon); nan if none applies."""
+        return self._worst(delta)[1]
+
+    def _worst(self, delta: float) -> tuple[dict[int, float], float]:
+        """Epsilon per silo and the best order of the silo with the largest epsilon (nan if none applies)."""
         per_silo = self.epsilon_per_silo(delta)
         if not per_silo:
-            return math.nan
+            return per_silo, math.nan
         worst = max(per_silo, key=per_silo.__getitem__)
-        return self._silo_epsilon_and_order(worst, delta)[1]
+        return per_silo, self._silo_epsilon_and_order(worst, delta)[1]
 
     def report(self) -> dict[str, Any]:
         """JSON-ready summary at the target delta; epsilon is None when it is infinite (sigma = 0)."""
-        per_silo = self.epsilon_per_silo(self.delta)
-        best_order = self.best_order(self.delta)
+        per_silo, best_order = self._worst(self.delta)
         return {
             "guarantee": "record-level (epsilon, delta)-DP, RDP of Poisson-subsampled Gaussian, max over silos",
             "epsilon": _finite_or_none(max(per_silo.values(), default=0.0)),

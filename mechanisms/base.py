@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -118,6 +118,9 @@ class PrivacyBudgetError(ValueError):
 class PrivacyAccountant(ABC):
     """Turns the privacy events silos report into the run's privacy guarantee."""
 
+    def enrol(self, silo_ids: Iterable[int]) -> None:
+        """Learn the federation's silo ids at start-up, so that silos never sampled are reported too."""
+
     @abstractmethod
     def record(self, silo_id: int, event: PrivacyEvent) -> None:
         """Add one event of one silo; reject an unsupported event before changing any state."""
@@ -130,11 +133,17 @@ class PrivacyAccountant(ABC):
 class NoGuarantee(PrivacyAccountant):
     """Accountant of mechanisms that give no differential-privacy guarantee."""
 
+    def __init__(self) -> None:
+        self._silos: list[int] = []
+
+    def enrol(self, silo_ids: Iterable[int]) -> None:
+        self._silos = sorted(set(self._silos) | {int(silo) for silo in silo_ids})
+
     def record(self, silo_id: int, event: PrivacyEvent) -> None:
         raise TypeError(f"this mechanism gives no DP guarantee and cannot account {type(event).__name__}")
 
     def report(self) -> dict[str, Any]:
-        return {"guarantee": "none", "epsilon": None, "delta": None}
+        return {"guarantee": "none", "epsilon": None, "delta": None, "epsilon_per_silo": {str(s): None for s in self._silos}}
 
 
 class Mechanism(ABC):

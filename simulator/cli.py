@@ -71,12 +71,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     scenario = resolve_scenario(args.scenario, args.overrides)  # a bad file fails before torch and Ray load
     from simulator.engine import run
+    from simulator.reports import privacy_line
 
     out = args.out or Path("runs") / scenario.name
     result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
     final = result.final
-    eps = result.privacy.get("epsilon")
-    privacy = "no DP guarantee" if eps is None else f"epsilon = {eps:.4g} at delta = {result.privacy['delta']:g}"
+    privacy = privacy_line(result.privacy)  # epsilon only where a guarantee covers the run
     print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
     print(f"results written to {out}")
     return 0
@@ -86,8 +86,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep import sweep
 
     result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, address=args.address, progress=not args.no_progress)
-    resumed = f"; {result.resumed} taken from the unfinished sweep's journal" if result.resumed else ""
-    print(f"{result.grid.name}: {len(result.runs)} runs ({len(result.table)} combinations x {len(result.grid.seeds)} seeds{resumed})")
+    print(result.headline())
     print((result.out_dir / "table.md").read_text(), end="")
     print(f"results written to {result.out_dir}")
     return 0

@@ -37,10 +37,22 @@ ACTOR_START_TIMEOUT_S = 300
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """One row of ``metrics.csv``: the server's round report plus the privacy spent so far."""
+    """One row of ``metrics.csv``: the server's round report, the privacy spent so far and the driver's timings.
+
+    ``training_seconds``: the driver waiting for the round on the actors (sampling, broadcast, local training,
+    aggregation, test evaluation, Ray's overhead); ``accounting_seconds``: recording the round's privacy events
+    and computing epsilon.
+    """
 
     report: RoundReport
     epsilon: float | None
+    training_seconds: float
+    accounting_seconds: float
+
+    @property
+    def wall_seconds(self) -> float:
+        """The round as the progress bar sees it: training plus accounting."""
+        return self.training_seconds + self.accounting_seconds
 
 
 @dataclass(frozen=True)
@@ -254,35 +266,57 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
     t0 = time.perf_counter()
     with Federation(scenario) as federation:
+        accountant.enrol(info.silo_id for info in federation.placement)
         record_events(accountant, {info.silo_id: info.events for info in federation.placement})
-        t_start = time.perf_counter()
         records = []
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:
+            started = time.perf_counter()
             report = federation.run_round(round_index)
+            trained = time.perf_counter()
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
-            records.append(RoundRecord(report=report, epsilon=epsilon))
+            records.append(
+                RoundRecord(
+                    report=report,
+                    epsilon=epsilon,
+                    training_seconds=trained - started,
+                    accounting_seconds=time.perf_counter() - trained,
+                )
+            )
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
-        rounds_seconds = time.perf_counter() - t_start
         model_state = federation.model_state()
-        timing = {
-            **federation.timing,
-            "rounds_seconds": rounds_seconds,
-            "seconds_per_round": rounds_seconds / len(records),
-        }
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
-    timing["total_seconds"] = time.perf_counter() - t0
+        startup = dict(federation.timing)
+    privacy = accountant.report()
     return RunResult(
         scenario=scenario,
         rounds=tuple(records),
-        privacy=accountant.report(),
-        timing=timing,
+        privacy=privacy,
+        timing=_timing(startup, records, total_seconds=time.perf_counter() - t0),
         placement=placement,
         model_state=model_state,
         users=users,
     )
+
+
+def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, total_seconds: float) -> dict[str, float]:
+    """``summary.json`` timing, in parts that add up: total = the start-up parts (data, setup) + rounds + other,
+    and rounds = training + accounting (= the sum of ``metrics.csv``'s ``wall_seconds``). ``other_seconds`` is the
+    rest: the start-up privacy accounting, fetching the final model, stopping the actors, the final report."""
+    training = sum(r.training_seconds for r in records)
+    accounting = sum(r.accounting_seconds for r in records)
+    rounds = training + accounting
+    return {
+        **startup,
+        "rounds_seconds": rounds,
+        "training_seconds": training,
+        "accounting_seconds": accounting,
+        "seconds_per_round": rounds / len(records),
+        "other_seconds": total_seconds - sum(startup.values()) - rounds,
+        "total_seconds": total_seconds,
+    }
 
 
 def _wait_for_actors(refs: list[Any]) -> list[SiloInfo]:

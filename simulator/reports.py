@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import matplotlib
 
@@ -58,7 +58,8 @@ def write_run(result: RunResult, out_dir: Path) -> None:
         write_metrics_csv(result, staging / "metrics.csv")
         (staging / "summary.json").write_text(json.dumps(summary(result), indent=2, allow_nan=False) + "\n")
         plot_metrics(result, staging / "metrics.png")
-        plot_privacy(result, staging / "privacy.png")
+        if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
+            plot_privacy(result, staging / "privacy.png")
         torch.save(dict(result.model_state), staging / "model.pt")
 
 
@@ -103,6 +104,20 @@ def _randomness(scenario: Scenario) -> dict[str, Any]:
     return {"secure_rng": secure, "bit_reproducible": not secure, "silo_sampling_and_noise": source}
 
 
+def privacy_line(privacy: Mapping[str, Any]) -> str:
+    """The privacy part of ``privsilo run``'s result line: epsilon only where a guarantee covers the run."""
+    eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
+    if eps is not None:
+        line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
+    elif guarantee.startswith("not covered"):
+        line = f"no epsilon ({guarantee}; the paper's figures are in summary.json privacy.paper_accounting)"
+    else:
+        line = "no DP guarantee"
+    if "never_trained" in privacy:
+        line += f"; {privacy['never_trained']} of {privacy['records']} records never trained"
+    return line
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
@@ -130,38 +145,42 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                     repr(report.accuracy),
                     "" if math.isnan(report.train_loss) else repr(report.train_loss),
                     "" if record.epsilon is None else repr(record.epsilon),
-                    f"{report.seconds:.4f}",
+                    f"{record.wall_seconds:.4f}",
                     "true" if report.skipped else "false",
                 ]
             )
 
 
 def plot_metrics(result: RunResult, path: Path) -> None:
+    fig = metrics_figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def metrics_figure(result: RunResult) -> plt.Figure:
+    """Loss (test, and mean local train loss where the mechanism reveals it) and accuracy over rounds."""
     rounds = [r.report.round_index + 1 for r in result.rounds]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.8))
     ax_loss.plot(rounds, [r.report.loss for r in result.rounds], marker="o", label="test loss")
-    ax_loss.plot(rounds, [r.report.train_loss for r in result.rounds], marker=".", label="mean local train loss")
+    train_loss = [r.report.train_loss for r in result.rounds]
+    if not all(math.isnan(loss) for loss in train_loss):  # DP mechanisms do not reveal it
+        ax_loss.plot(rounds, train_loss, marker=".", label="mean local train loss")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     ax_loss.legend()
     ax_acc.plot(rounds, [r.report.accuracy for r in result.rounds], marker="o", color="tab:green")
     ax_acc.set(xlabel="round", ylabel="test accuracy", title="Accuracy", ylim=(0, 1))
     fig.suptitle(f"{result.scenario.name}: {result.scenario.mechanism.name}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def plot_privacy(result: RunResult, path: Path) -> None:
+    """Epsilon spent over rounds (only for runs with a DP guarantee: rounds without one are left out)."""
     rounds = [r.report.round_index + 1 for r in result.rounds]
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    epsilons = [r.epsilon for r in result.rounds]
-    if all(e is None for e in epsilons):
-        ax.text(0.5, 0.5, f"mechanism '{result.scenario.mechanism.name}'\ngives no DP guarantee", ha="center", va="center")
-        ax.set_axis_off()
-    else:
-        delta = result.privacy.get("delta")
-        ax.plot(rounds, [math.nan if e is None else e for e in epsilons], marker="o", color="tab:red")
-        ax.set(xlabel="round", ylabel="epsilon spent", title=f"Privacy spent (delta = {delta:g})")
+    delta = result.privacy.get("delta")
+    ax.plot(rounds, [math.nan if r.epsilon is None else r.epsilon for r in result.rounds], marker="o", color="tab:red")
+    ax.set(xlabel="round", ylabel="epsilon spent", title=f"Privacy spent (delta = {delta:g})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

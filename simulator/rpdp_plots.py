@@ -1,8 +1,8 @@
-"""Plots of rPDP-FL experiments: epsilon(q) with the SCF fit, budget vs spent epsilon, and method comparison."""
+"""Plots of rPDP-FL experiments: epsilon(q) with the SCF fit, and budget vs spent epsilon per record."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import matplotlib
 
@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mechanisms.rpdp.estimator import SamplingProbabilityEstimator  # noqa: E402
+from mechanisms.rpdp.report import MAX_LEVELS  # noqa: E402
 from simulator.scenario import Scenario  # noqa: E402
 
 
@@ -58,37 +59,42 @@ def plot_epsilon_curve(estimator_settings: Mapping[str, Any], path: Path) -> Non
     plt.close(fig)
 
 
-def plot_budget_vs_spent(per_record: Mapping[str, np.ndarray], path: Path) -> None:
-    """Scatter of each record's budget against its realised spent epsilon, with the line y = x."""
-    budget, spent = np.asarray(per_record["budget"]), np.asarray(per_record["spent"])
-    fig, ax = plt.subplots(figsize=(5.0, 4.2))
-    ax.scatter(budget, spent, s=8, alpha=0.5, label=f"{budget.size} records")
-    top = float(max(budget.max(initial=1.0), spent.max(initial=1.0)))
-    ax.plot([0, top], [0, top], "k--", linewidth=1, label="spent = budget")
-    ax.set(xlabel="privacy budget", ylabel="realised spent epsilon", title="Budget vs spent (per record)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+def plot_budget_vs_spent(per_record: Mapping[str, np.ndarray], *, run: str, path: Path) -> None:
+    fig = budget_vs_spent_figure(per_record, run=run)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
-    """Grouped bars of mean accuracy: one group per label of the first axis, one bar per label of the second
-    (one bar per group with a single axis; further axes are joined into the bar label); error bars = std."""
-    cells = {(row[axes[0]], " / ".join(row[a] for a in axes[1:]) or "accuracy"): row for row in table}
-    groups = list(dict.fromkeys(group for group, _ in cells))
-    bars = list(dict.fromkeys(bar for _, bar in cells))
-    width = 0.8 / len(bars)
-    x = np.arange(len(groups))
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(groups) * max(1, len(bars) / 3)), 4.0))
-    for i, bar in enumerate(bars):
-        rows = [cells.get((group, bar)) for group in groups]
-        means = [np.nan if r is None else r["accuracy_mean"] for r in rows]
-        stds = [0.0 if r is None else r["accuracy_std"] for r in rows]
-        ax.bar(x + (i - (len(bars) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=bar)
-    ax.set_xticks(x, groups)
-    ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1.15), title=f"{title} (mean ± std over {num_seeds} seeds)")
-    ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="upper center")
+def budget_vs_spent_figure(per_record: Mapping[str, np.ndarray], *, run: str) -> plt.Figure:
+    """Realised spent epsilon of every record of one run (named in the title) against its budget.
+
+    With at most ``MAX_LEVELS`` budget levels: one column per level showing each record's spent epsilon as a
+    share of its budget (1 = all of it), as a box beside every record's own point (spread out in order, so none
+    hides another), with the level's record count and how many never trained under it. Continuous budgets: a
+    scatter of budget (log scale) against spent epsilon with the line spent = budget.
+    """
+    budget, spent = np.asarray(per_record["budget"], dtype=float), np.asarray(per_record["spent"], dtype=float)
+    rounds = per_record.get("rounds")
+    levels = np.unique(budget)
+    discrete = levels.size <= MAX_LEVELS
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * levels.size) if discrete else 5.5, 4.2))
+    if discrete:
+        labels = []
+        for x, level in enumerate(levels):
+            share = np.sort(spent[budget == level]) / level
+            ax.boxplot(share, positions=[x - 0.22], widths=0.28, showfliers=False, manage_ticks=False)
+            ax.scatter(np.linspace(x, x + 0.38, share.size), share, s=6, alpha=0.4, color="tab:blue")
+            never = "" if rounds is None else f"\n{int((np.asarray(rounds)[budget == level] == 0).sum())} never trained"
+            labels.append(f"{level:g}\n{share.size} records{never}")
+        ax.axhline(1.0, color="tab:red", linestyle="--", linewidth=1, label="whole budget")
+        ax.set_xticks(range(levels.size), labels)
+        ax.set(xlabel="privacy budget", ylabel="spent epsilon / budget", xlim=(-0.6, levels.size - 0.4), ylim=(-0.03, 1.1))
+    else:
+        never = "" if rounds is None else f", {int((np.asarray(rounds) == 0).sum())} never trained"
+        ax.scatter(budget, spent, s=8, alpha=0.5, label=f"{budget.size} records{never}")
+        ax.plot(levels, levels, "k--", linewidth=1, label="spent = budget")
+        ax.set(xlabel="privacy budget", ylabel="realised spent epsilon", xscale="log")
+    ax.set_title(f"Budget vs spent per record: {run}", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

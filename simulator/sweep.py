@@ -89,6 +89,22 @@ class SweepResult:
     out_dir: Path
     resumed: int = 0
 
+    def headline(self) -> str:
+        """``name: 4 runs (2 combinations x 1 seed)``, with the runs taken from an unfinished sweep's journal."""
+        resumed = f"; {self.resumed} taken from the unfinished sweep's journal" if self.resumed else ""
+        shape = f"{count(len(self.table), 'combination')} x {count(len(self.grid.seeds), 'seed')}"
+        return f"{self.grid.name}: {count(len(self.runs), 'run')} ({shape}{resumed})"
+
+
+def count(number: int, noun: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def run_label(labels: Mapping[str, str], seed: int) -> str:
+    """How a run is named in progress bars and plot titles: ``ThreeLevels / rPDP, seed 0``."""
+    return f"{' / '.join(labels.values())}, seed {seed}"
+
 
 def load_grid(
     path: str | Path, *, seeds: int | Sequence[int] | None = None, overrides: Sequence[str] = (), only: Sequence[str] = ()
@@ -171,7 +187,8 @@ def sweep(
     journal = SweepJournal(out)
     finished = journal.load_runs()
     keys = [scenario_key(scenario) for _, _, scenario in jobs]
-    reference = next((key for key, (_, _, scenario) in zip(keys, jobs) if _is_rpdp(scenario)), None)
+    rpdp_runs = [(key, run_label(labels, seed)) for key, (labels, seed, scenario) in zip(keys, jobs) if _is_rpdp(scenario)]
+    reference, reference_label = rpdp_runs[0] if rpdp_runs else (None, "")
     pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
     if pending:
         demand = ActorDemand.covering(resources_needed(scenario) for _, (_, _, scenario) in pending)
@@ -179,6 +196,7 @@ def sweep(
         with session:
             bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
             for key, (labels, seed, scenario) in bar:
+                bar.set_postfix_str(run_label(labels, seed))
                 result = run(scenario, address=address)
                 if key == reference:
                     journal.save_records(key, rebuild_accountant(result).per_record())
@@ -189,7 +207,8 @@ def sweep(
     runs = tuple(SweepRun(**{**finished[key], "labels": labels, "seed": seed}) for key, (labels, seed, _) in zip(keys, jobs))
     table = tuple(summarise(runs, axes=list(grid.axes)))
     swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
-    write_sweep_outputs(swept, rpdp_records=None if reference is None else journal.load_records(reference))
+    records = None if reference is None else journal.load_records(reference)
+    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records))
     journal.remove()
     return swept
 
@@ -198,11 +217,11 @@ def _is_rpdp(scenario: Scenario) -> bool:
     return scenario.mechanism.name == "rpdp" and scenario.mechanism.params.variant == "rpdp"
 
 
-def write_sweep_outputs(swept: SweepResult, *, rpdp_records: Mapping[str, np.ndarray] | None) -> None:
+def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
     For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the
-    per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``.
+    label and per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``.
     """
     from simulator.reports import atomic_directory
     from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
@@ -214,7 +233,8 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: Mapping[str, np.nda
         if base.mechanism.name == "rpdp":
             plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
         if rpdp_records is not None:
-            plot_budget_vs_spent(rpdp_records, staging / "budget_vs_spent.png")
+            label, records = rpdp_records
+            plot_budget_vs_spent(records, run=label, path=staging / "budget_vs_spent.png")
 
 
 def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
@@ -231,7 +251,8 @@ def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
 
 
 def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Per axis combination (in first-seen order): mean and std (ddof 0) of accuracy, seed count, mean epsilon."""
+    """Per axis combination (in first-seen order): mean and std (ddof 0; None with one seed) of accuracy, seed
+    count, mean epsilon."""
     groups: dict[tuple[str, ...], list[SweepRun]] = {}
     for item in runs:
         groups.setdefault(tuple(item.labels[a] for a in axes), []).append(item)
@@ -241,7 +262,7 @@ def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict
         yield {
             **dict(zip(axes, labels)),
             "accuracy_mean": float(accuracy.mean()),
-            "accuracy_std": float(accuracy.std()),
+            "accuracy_std": float(accuracy.std()) if accuracy.size > 1 else None,
             "seeds": len(members),
             "epsilon_mean": float(np.mean(epsilons)) if epsilons else None,
         }
@@ -249,7 +270,7 @@ def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict
 
 def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str) -> None:
     """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``."""
-    from simulator.rpdp_plots import plot_comparison
+    from simulator.sweep_plots import plot_comparison
 
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
     write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
@@ -284,19 +305,21 @@ def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
 
 
 def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_path: Path, md_path: Path) -> None:
-    """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals)."""
+    """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals; no spread where a
+    combination has one seed)."""
     with csv_path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow([*axes, *TABLE_COLUMNS])
         for row in table:
             writer.writerow(["" if row[c] is None else row[c] for c in (*axes, *TABLE_COLUMNS)])
+    spread = any(row["accuracy_std"] is not None for row in table)
     lines = [
-        "| " + " | ".join([*axes, "accuracy (mean ± std)", "seeds", "epsilon (mean)"]) + " |",
+        "| " + " | ".join([*axes, "accuracy (mean ± std)" if spread else "accuracy", "seeds", "epsilon (mean)"]) + " |",
         "|" + "---|" * (len(axes) + 3),
     ]
     for row in table:
         eps = "-" if row["epsilon_mean"] is None or not math.isfinite(row["epsilon_mean"]) else f"{row['epsilon_mean']:.3g}"
-        accuracy = f"{row['accuracy_mean']:.4f} ± {row['accuracy_std']:.4f}"
+        accuracy = f"{row['accuracy_mean']:.4f}" + ("" if row["accuracy_std"] is None else f" ± {row['accuracy_std']:.4f}")
         lines.append("| " + " | ".join([*(row[a] for a in axes), accuracy, str(row["seeds"]), eps]) + " |")
     md_path.write_text("\n".join(lines) + "\n")
 
@@ -307,6 +330,7 @@ def rebuild_accountant(result: Any) -> Any:
 
     scenario = result.scenario
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    accountant.enrol(info.silo_id for info in result.placement)
     record_events(accountant, {info.silo_id: info.events for info in result.placement})
     for record in result.rounds:
         record_events(accountant, record.report.events)

@@ -6,10 +6,13 @@ import math
 from dataclasses import dataclass
 
 import dp_accounting
+import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant
+from opacus.accountants.analysis.rdp import compute_rdp
 
 from mechanisms.accounting import DEFAULT_ORDERS, RdpAccountant
+from mechanisms.base import NoGuarantee
 from mechanisms.events import PoissonGaussianEvent
 
 SETTINGS = [  # (q, sigma, steps, delta)
@@ -161,3 +164,74 @@ def test_report_is_json_ready_at_the_target_delta() -> None:
     assert accountant.report()["epsilon"] is None
     with pytest.raises(ValueError, match="delta"):
         RdpAccountant(delta=0.0)
+
+
+def test_incremental_accountant_equals_opacus_from_scratch_over_random_events() -> None:
+    """A seeded random sequence of 30 rounds over 4 silos, alternating between three (q, sigma) with random step
+    counts: at checkpoints, every silo's epsilon and the best order equal a from-scratch Opacus RDPAccountant
+    over that silo's history (its steps per (sigma, q) summed: RDP composition is a sum)."""
+    rng = np.random.default_rng(11)
+    settings = [(0.01, 1.1), (0.02, 1.0), (0.01, 0.7)]
+    accountant = RdpAccountant(delta=1e-5)
+    steps_by_silo: dict[int, dict[tuple[float, float], int]] = {}
+    changes = 0
+    for event_index in range(1, 31):
+        silo = int(rng.integers(4))
+        q, sigma = settings[int(rng.integers(len(settings)))]
+        steps = int(rng.integers(1, 60))
+        accountant.record(silo, PoissonGaussianEvent(sampling_rate=q, noise_multiplier=sigma, steps=steps))
+        history = steps_by_silo.setdefault(silo, {})
+        changes += bool(history) and (sigma, q) not in history
+        history[(sigma, q)] = history.get((sigma, q), 0) + steps
+        if event_index % 15:
+            continue
+        per_silo = accountant.epsilon_per_silo(1e-5)
+        spent = {}
+        for other, totals in steps_by_silo.items():
+            opacus = RDPAccountant()
+            opacus.history = [(sigma_, q_, n) for (sigma_, q_), n in totals.items()]
+            spent[other] = opacus.get_privacy_spent(delta=1e-5)
+            assert per_silo[other] == pytest.approx(spent[other][0], rel=1e-9, abs=0)
+        assert accountant.best_order(1e-5) == max(spent.values())[1]
+    assert len(steps_by_silo) == 4 and changes > 4  # every silo took part, under alternating (q, sigma)
+
+
+def test_one_step_rdp_is_computed_once_per_rate_and_sigma(monkeypatch) -> None:
+    """RDP composes additively: reading epsilon after every round must not recompute the history."""
+    import mechanisms.accounting
+
+    calls = []
+
+    def counted(**kwargs):
+        calls.append((kwargs["q"], kwargs["noise_multiplier"], kwargs["steps"]))
+        return compute_rdp(**kwargs)
+
+    monkeypatch.setattr(mechanisms.accounting, "compute_rdp", counted)
+    accountant = RdpAccountant(delta=1e-5)
+    for round_index in range(6):
+        for silo in range(3):
+            q = 0.01 if silo < 2 else 0.02
+            accountant.record(silo, PoissonGaussianEvent(sampling_rate=q, noise_multiplier=1.0, steps=50))
+        accountant.report()
+    assert sorted(calls) == [(0.01, 1.0, 1), (0.02, 1.0, 1)]
+    assert accountant.epsilon_per_silo(1e-5)[2] == pytest.approx(_opacus_epsilon([(0.02, 1.0, 300)], 1e-5), rel=1e-9)
+
+
+def test_enrolled_silos_that_never_took_part_are_reported_with_zero() -> None:
+    accountant = RdpAccountant(delta=1e-5)
+    accountant.enrol([0, 1, 2])
+    assert accountant.report()["epsilon_per_silo"] == {"0": 0.0, "1": 0.0, "2": 0.0}
+    accountant.record(1, PoissonGaussianEvent(sampling_rate=0.01, noise_multiplier=1.0, steps=100))
+    report = accountant.report()
+    assert report["epsilon_per_silo"]["0"] == report["epsilon_per_silo"]["2"] == 0.0
+    assert report["epsilon"] == report["epsilon_per_silo"]["1"] == pytest.approx(_opacus_epsilon([(0.01, 1.0, 100)], 1e-5), rel=1e-9)
+    assert report["best_order"] == accountant.best_order(1e-5) > 1
+    with pytest.raises(TypeError):
+        accountant.enrol([3, "4"])
+    assert set(accountant.report()["epsilon_per_silo"]) == {"0", "1", "2"}
+
+
+def test_no_guarantee_lists_every_silo_without_an_epsilon() -> None:
+    accountant = NoGuarantee()
+    accountant.enrol([2, 0, 1])
+    assert accountant.report() == {"guarantee": "none", "epsilon": None, "delta": None, "epsilon_per_silo": {"0": None, "1": None, "2": None}}

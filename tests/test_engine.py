@@ -27,11 +27,13 @@ def _metrics_without_wall_clock(path):
 def test_quickstart_through_the_cli(ray_local, tmp_path):
     out = tmp_path / "quickstart"
     assert main(["run", str(REPO / "scenarios" / "quickstart.yaml"), "--out", str(out), "--no-progress"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "metrics.png", "model.pt", "privacy.png", "summary.json"]
+    # no privacy.png: FedAvg has no epsilon to plot
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "metrics.png", "model.pt", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["name"] == "quickstart" and summary["config"]["mechanism"] == {"name": "none"}
     assert summary["final"]["accuracy"] >= 0.85
     assert summary["privacy"]["epsilon"] is None
+    assert summary["privacy"]["epsilon_per_silo"] == {str(silo): None for silo in range(5)}
     assert set(summary["timing"]) >= {"setup_seconds", "rounds_seconds", "total_seconds"}
     rows = _metrics_without_wall_clock(out / "metrics.csv")
     assert [int(r["round"]) for r in rows] == list(range(1, 11))

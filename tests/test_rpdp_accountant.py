@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 
-import mpmath
 import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant
@@ -11,6 +10,7 @@ from opacus.accountants.analysis.rdp import _compute_rdp
 
 from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.rpdp import Adversary, Conversion, epsilon, rdp_curve, step_rdp
+from tests.rpdp_reference import lemma6_epsilon
 
 INTEGER_ORDERS = tuple(order for order in DEFAULT_ORDERS if float(order).is_integer())
 RATES = np.array([0.01, 0.03, 0.1, 0.25, 0.5, 0.77, 0.9, 0.99, 1.0])
@@ -38,26 +38,6 @@ def test_full_participation_equals_opacus_rdp_accountant(sigma, q, rounds, local
     assert float(got) == pytest.approx(want, rel=1e-9, abs=0)
 
 
-def _lemma6_epsilon(q, *, sigma, rounds, local_steps, client_rate, delta, conversion) -> float:
-    """Theorem 1 with Lemma 4 and Lemma 6 at integer orders, in 50-digit arithmetic, written from the paper."""
-    with mpmath.workdps(50):
-        q, sigma, lam, delta = (mpmath.mpf(x) for x in (q, sigma, client_rate, delta))
-        best = mpmath.inf
-        for a in (int(order) for order in INTEGER_ORDERS):
-            big_a = mpmath.fsum(
-                mpmath.binomial(a, l) * (1 - q) ** (a - l) * q**l * mpmath.exp(l * (l - 1) / (2 * sigma**2))
-                for l in range(a + 1)
-            )
-            rho_tau = local_steps * mpmath.log(big_a) / (a - 1)
-            rho = rounds * mpmath.log(1 - lam + lam * mpmath.exp((a - 1) * rho_tau)) / (a - 1)
-            if conversion == "seed":
-                eps = rho + mpmath.log(1 / delta) / (a - 1)
-            else:
-                eps = rho + mpmath.log(mpmath.mpf(a - 1) / a) - (mpmath.log(delta) + mpmath.log(a)) / (a - 1)
-            best = min(best, eps)
-        return float(best)
-
-
 @pytest.mark.parametrize("conversion", ["opacus", "seed"])
 @pytest.mark.parametrize(
     ("sigma", "rounds", "local_steps", "client_rate", "delta"),
@@ -76,9 +56,9 @@ def test_third_party_matches_brute_force_lemma6(sigma, rounds, local_steps, clie
         orders=INTEGER_ORDERS,
     )
     want = [
-        _lemma6_epsilon(
+        lemma6_epsilon(
             q, sigma=sigma, rounds=rounds, local_steps=local_steps, client_rate=client_rate, delta=delta,
-            conversion=conversion,
+            conversion=conversion, orders=INTEGER_ORDERS,
         )
         for q in rates
     ]

@@ -4,13 +4,15 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from simulator.cli import EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.errors import ScenarioError
-from simulator.sweep import SweepRun, load_grid, sweep, write_runs_csv
+from simulator.rpdp_plots import budget_vs_spent_figure
+from simulator.sweep import SweepResult, SweepRun, load_grid, summarise, sweep, write_runs_csv, write_table
 from tests.conftest import REPO, small_scenario
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png")
@@ -38,9 +40,12 @@ def _write_grid(directory: Path, **changes) -> Path:
     return path
 
 
-def test_sweep_writes_tables_and_plots_and_honours_seeds(ray_local, tmp_path):
+def test_sweep_writes_tables_and_plots_and_honours_seeds(ray_local, tmp_path, capsys):
     grid_path = _write_grid(tmp_path)
-    result = sweep(grid_path, out_dir=tmp_path / "out")
+    result = sweep(grid_path, out_dir=tmp_path / "out", progress=True)
+    progress = capsys.readouterr().err
+    for labels in ("ThreeLevels / rPDP, seed 0", "ThreeLevels / rPDP, seed 1", "ThreeLevels / Minimum, seed 1"):
+        assert labels in progress  # the progress bar names the run in progress
     for name in OUTPUT_FILES:
         assert (tmp_path / "out" / name).stat().st_size > 0, name
     with (tmp_path / "out" / "runs.csv").open() as handle:
@@ -183,3 +188,38 @@ def test_only_keeps_the_selected_labels(tmp_path, capsys):
         assert main(["sweep", str(grid_path), "--only", bad, "--out", str(tmp_path / "o")]) == EXIT_USER_ERROR
         assert capsys.readouterr().err.splitlines()[-1].startswith("privsilo: error: --only: ")
     assert not (tmp_path / "o").exists()
+
+
+def test_one_seed_shows_no_spread_and_counts_are_singular(tmp_path):
+    axes = ["mechanism.variant"]
+    runs = [SweepRun({"mechanism.variant": "rPDP"}, 0, 0.7, 1.0, 4.9, 0.99, 3.0),
+            SweepRun({"mechanism.variant": "PrivacyFree"}, 0, 0.73, 0.6, None, None, 2.0)]
+    table = list(summarise(runs, axes=axes))
+    assert [row["accuracy_std"] for row in table] == [None, None]
+    write_table(table, axes=axes, csv_path=tmp_path / "table.csv", md_path=tmp_path / "table.md")
+    markdown = (tmp_path / "table.md").read_text()
+    assert "±" not in markdown
+    assert markdown.splitlines()[0] == "| mechanism.variant | accuracy | seeds | epsilon (mean) |"
+    assert "| rPDP | 0.7000 | 1 | 4.9 |" in markdown and "| PrivacyFree | 0.7300 | 1 | - |" in markdown
+    grid = load_grid(_write_grid(tmp_path), seeds=[0], only=["mechanism.variant=rPDP"])
+    result = SweepResult(grid=grid, runs=tuple(runs[:1]), table=tuple(table[:1]), out_dir=tmp_path)
+    assert result.headline() == "tiny: 1 run (1 combination x 1 seed)"
+    two = SweepResult(grid=load_grid(_write_grid(tmp_path)), runs=tuple(runs * 2), table=tuple(table), out_dir=tmp_path, resumed=2)
+    assert two.headline() == "tiny: 4 runs (2 combinations x 2 seeds; 2 taken from the unfinished sweep's journal)"
+
+
+def test_budget_vs_spent_shows_every_budget_level_of_the_named_run():
+    """486 records at three budget levels: one column per level with its record count and how many never
+    trained (not three overlapping dots), and the title says which run it shows."""
+    budget = np.repeat([0.1, 1.0, 5.0], [340, 97, 49])
+    rounds = np.concatenate([np.zeros(340, int), np.full(92, 15), np.zeros(5, int), np.full(49, 15)])
+    spent = np.where(rounds > 0, 0.97 * budget, 0.0)
+    figure = budget_vs_spent_figure({"budget": budget, "spent": spent, "rounds": rounds}, run="ThreeLevels / rPDP, seed 0")
+    ax = figure.axes[0]
+    assert "ThreeLevels / rPDP, seed 0" in ax.get_title()
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["0.1\n340 records\n340 never trained", "1\n97 records\n5 never trained", "5\n49 records\n0 never trained"]
+    points = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections])
+    assert points.size == 486  # every record drawn
+    continuous = budget_vs_spent_figure({"budget": np.linspace(0.1, 10, 50), "spent": np.linspace(0.09, 9, 50)}, run="x")
+    assert [t.get_text() for t in continuous.axes[0].get_legend().get_texts()] == ["50 records", "spent = budget"]

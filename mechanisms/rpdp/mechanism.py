@@ -199,7 +199,8 @@ class Rpdp(Mechanism):
     def accountant(self) -> PrivacyAccountant:
         if self.params.variant == "privacy_free":
             return NoGuarantee()
-        return PersonalizedAccountant(delta=self.params.delta, conversion=self.params.conversion)
+        params = self.params
+        return PersonalizedAccountant(delta=params.delta, conversion=params.conversion, normalization=params.normalization)
 
     def assumed_public(self) -> tuple[str, ...]:
         variant = self.params.variant

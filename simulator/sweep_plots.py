@@ -1,0 +1,35 @@
+"""The mechanism-independent plot of a sweep: mean final accuracy per axis combination."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
+    """Grouped bars of mean accuracy: one group per label of the first axis, one bar per label of the second
+    (one bar per group with a single axis; further axes are joined into the bar label); error bars = std over
+    seeds (none for a combination run with one seed)."""
+    cells = {(row[axes[0]], " / ".join(row[a] for a in axes[1:]) or "accuracy"): row for row in table}
+    groups = list(dict.fromkeys(group for group, _ in cells))
+    bars = list(dict.fromkeys(bar for _, bar in cells))
+    width = 0.8 / len(bars)
+    x = np.arange(len(groups))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(groups) * max(1, len(bars) / 3)), 4.0))
+    for i, bar in enumerate(bars):
+        rows = [cells.get((group, bar)) for group in groups]
+        means = [np.nan if r is None else r["accuracy_mean"] for r in rows]
+        stds = [np.nan if r is None or r["accuracy_std"] is None else r["accuracy_std"] for r in rows]
+        ax.bar(x + (i - (len(bars) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=bar)
+    ax.set_xticks(x, groups)
+    spread = f"mean ± std over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
+    ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1.15), title=f"{title} ({spread})")
+    ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,42 @@
+"""An independent evaluation of rPDP-FL's accountant for the tests, written from the paper (Liu et al., CCS 2024,
+Lemma 4, Lemma 6, Theorem 1) in 50-digit arithmetic at integer RDP orders, sharing no code with ``mechanisms``."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mpmath
+
+DIGITS = 50
+
+
+@lru_cache(maxsize=None)
+def _log_moment(q: float, sigma: float, order: int) -> mpmath.mpf:
+    """log A_a(q) (Lemma 4): the binomial sum over l = 0..a of C(a, l) (1-q)^(a-l) q^l exp(l(l-1) / (2 sigma^2))."""
+    with mpmath.workdps(DIGITS):
+        q, sigma = mpmath.mpf(q), mpmath.mpf(sigma)
+        return mpmath.log(
+            mpmath.fsum(
+                mpmath.binomial(order, l) * (1 - q) ** (order - l) * q**l * mpmath.exp(l * (l - 1) / (2 * sigma**2))
+                for l in range(order + 1)
+            )
+        )
+
+
+@lru_cache(maxsize=None)
+def lemma6_epsilon(q, *, sigma, rounds, local_steps, client_rate, delta, conversion, orders) -> float:
+    """Theorem 1 epsilon of T = ``rounds`` rounds of Lemma 6 (``client_rate`` = 1 gives ``rounds`` realised rounds
+    seen by the server), minimised over the integer ``orders``; 0 where nothing was released."""
+    if q == 0 or rounds == 0:
+        return 0.0
+    with mpmath.workdps(DIGITS):
+        lam, delta = mpmath.mpf(client_rate), mpmath.mpf(delta)
+        best = mpmath.inf
+        for a in (int(order) for order in orders):
+            rho_tau = local_steps * _log_moment(float(q), float(sigma), a) / (a - 1)
+            rho = rounds * mpmath.log(1 - lam + lam * mpmath.exp((a - 1) * rho_tau)) / (a - 1)
+            if conversion == "seed":
+                eps = rho + mpmath.log(1 / delta) / (a - 1)
+            else:
+                eps = rho + mpmath.log(mpmath.mpf(a - 1) / a) - (mpmath.log(delta) + mpmath.log(a)) / (a - 1)
+            best = min(best, eps)
+        return float(best)
