@@ -37,6 +37,10 @@ class MechanismParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    def needs_secure_aggregation(self) -> bool:
+        """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
+        return False
+
 
 @dataclass(frozen=True)
 class LocalTraining:

@@ -254,6 +254,12 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")
     if mechanism.needs_every_silo and scenario.federation.client_rate != 1.0:
         raise ScenarioError("federation.client_rate", scenario.federation.client_rate, f"mechanism '{mechanism.name}' needs every silo in every round; set it to 1.0")
+    if not scenario.protocol.secure_aggregation and scenario.mechanism.params.needs_secure_aggregation():
+        raise ScenarioError(
+            "protocol.secure_aggregation", False,
+            f"mechanism '{mechanism.name}' with these parameters adds only part of the noise in each silo, which protects "
+            "the sum of the uploads, not each upload: set it to true",
+        )
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
     _check_protocol(scenario)

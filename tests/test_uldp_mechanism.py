@@ -240,3 +240,52 @@ def test_vectorised_training_with_size_buckets_equals_the_user_loop() -> None:
     fast = train_users(model, features=features, labels=labels, groups=groups, steps=2, lr=0.1)
     slow = train_users_loop(model, features=features, labels=labels, groups=groups, steps=2, lr=0.1)
     torch.testing.assert_close(fast, slow, rtol=0, atol=1e-9)
+
+
+def _one_silo_of_two_users(*, clip: float, naive_noise: str = "safe", noise_multiplier: float = 0.0):
+    """A silo where user 0 owns ten records labelled 0 and user 1 one record labelled 1, same feature."""
+    torch.manual_seed(0)
+    context = SiloContext(
+        silo_id=0,
+        record_ids=np.arange(11),
+        features=torch.ones((11, 1), dtype=torch.float64),
+        labels=torch.tensor([0] * 10 + [1]),
+        model=torch.nn.Linear(1, 2).double(),
+        training=LocalTraining(local_steps=20, batch_size=100, lr=0.5, rounds=1, client_rate=1.0),
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        user_ids=np.array([0] * 10 + [1]),
+        user_histogram=np.array([[10, 1]]),
+    )
+    params = UldpParams(variant="naive", max_grad_norm=clip, naive_noise=naive_noise, noise_multiplier=noise_multiplier)
+    return build_silo(context, params), model_to_vector(context.model)
+
+
+def test_naive_silo_sensitivity_is_two_c_so_the_safe_noise_doubles_the_papers() -> None:
+    """Removing one user turns a silo's clipped delta v into another v' of the C-ball: ||v - v'|| reaches 2C (the
+    paper takes C). Safe noise is 2 sigma C sqrt|S| accounted at sigma; the paper's sigma C sqrt|S| at sigma / 2."""
+    clip = 0.1
+    silo, start = _one_silo_of_two_users(clip=clip)
+    with_user = silo.clipped_delta(start, np.array([True, True]))
+    without_user = silo.clipped_delta(start, np.array([False, True]))
+    assert np.linalg.norm(with_user - without_user) > 1.9 * clip
+    for mode, factor, accounted in (("safe", 2.0, 3.0), ("paper", 1.0, 1.5)):
+        silo, start = _one_silo_of_two_users(clip=clip, naive_noise=mode, noise_multiplier=3.0)
+        clean = silo.clipped_delta(start, np.ones(2, dtype=bool))
+        rounds = [silo.contribute((start,), round_index=r) for r in range(300)]
+        noise = np.concatenate([c.vector - clean for c in rounds])
+        std = factor * 3.0 * clip * np.sqrt(1)
+        statistic = float(np.sum((noise / std) ** 2))  # chi-square, two-sided false failure 1e-6
+        assert stats.chi2.ppf(5e-7, noise.size) < statistic < stats.chi2.ppf(1 - 5e-7, noise.size)
+        assert {c.events[0].noise_multiplier for c in rounds} == {accounted}
+
+
+def test_per_user_variants_refuse_to_run_without_secure_aggregation() -> None:
+    scenario = small_scenario(
+        data={"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 20}},
+        mechanism={"name": "uldp", "variant": "avg"},
+    )
+    with pytest.raises(ScenarioError, match="protocol.secure_aggregation"):
+        validate_scenario(scenario)
+    validate_scenario({**scenario, "protocol": {"secure_aggregation": True}})
+    validate_scenario({**scenario, "mechanism": {"name": "uldp", "variant": "naive"}})

@@ -28,7 +28,7 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.uldp.variants import GroupRounding, Variant
+from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
 
 Schedule = Sequence[tuple[float, float, int]]  # (record sampling rate, noise multiplier, steps)
@@ -116,14 +116,20 @@ def epsilon(
     sampling_rate: float | None = None,
     local_steps: int | None = None,
     group_rounding: GroupRounding | str = "up",
+    naive_noise: str = "safe",
 ) -> float:
     """User-level epsilon of a ULDP-FL run after ``rounds`` rounds, without running anything.
+
+    ``naive`` with ``naive_noise="paper"`` (the paper's sigma * C * sqrt|S| per silo against a per-silo
+    sensitivity of 2C) is accounted at sigma / 2 (see :func:`mechanisms.uldp.variants.naive_noise_multiplier`).
 
     ``group`` also needs ``group_k`` (records per user), ``sampling_rate`` (the record-level Poisson rate of
     DP-SGD; give the largest rate of any silo) and ``local_steps`` (DP-SGD steps per round); it has no user
     sub-sampling (``user_rate`` must be 1).
     """
     variant = Variant(variant)
+    if variant is Variant.NAIVE:
+        noise_multiplier = naive_noise_multiplier(noise_multiplier, naive_noise)
     if variant is not Variant.GROUP:
         return user_level_epsilon(noise_multiplier=noise_multiplier, rounds=rounds, delta=delta, user_rate=user_rate)
     if group_k is None or sampling_rate is None or local_steps is None:
@@ -144,8 +150,11 @@ class UldpAccountant(PrivacyAccountant):
     :func:`group_epsilon`.
     """
 
-    def __init__(self, *, variant: Variant | str, delta: float, group_rounding: GroupRounding | str = "up") -> None:
+    def __init__(
+        self, *, variant: Variant | str, delta: float, group_rounding: GroupRounding | str = "up", group_k_public: bool = True
+    ) -> None:
         _check_delta(delta)
+        self.group_k_public = group_k_public
         self.variant = Variant(variant)
         self.delta = delta
         self.group_rounding = GroupRounding(group_rounding)
@@ -185,10 +194,15 @@ class UldpAccountant(PrivacyAccountant):
             if self._group_k is None:
                 return 0.0
             return group_epsilon(self._silo_schedules.values(), group_k=self._group_k, delta=self.delta, rounding=self.group_rounding)
+        return self._composed(lambda event: event.user_rate)
+
+    def _composed(self, rate_of: Any) -> float:
+        """The user-level rounds composed with sampling rate ``rate_of(event)`` (the event's, or 1 for a view that
+        knows the sample)."""
         orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
         by_setting: dict[tuple[float, float], int] = {}
         for event in self._rounds.values():
-            key = (float(event.user_rate), float(event.noise_multiplier))
+            key = (float(rate_of(event)), float(event.noise_multiplier))
             by_setting[key] = by_setting.get(key, 0) + 1
         if not by_setting:
             return 0.0
@@ -218,9 +232,24 @@ class UldpAccountant(PrivacyAccountant):
             )
             if self.group_rounding is GroupRounding.PAPER:
                 report["warning"] = "group_rounding 'paper' reproduces the paper's code and is not a guarantee"
+            if not self.group_k_public:
+                # k = max/median of records per user depends on every user: adding one user can change k and every
+                # quota, and 'max' never truncates, so no group size covers all neighbours.
+                report.update(
+                    guarantee="not covered: group_k taken from the data (max/median records per user)",
+                    epsilon=None,
+                    paper_epsilon=report["epsilon"],
+                )
         else:
             sampled = [event.users_sampled for _, event in sorted(self._rounds.items())]
             report.update(rounds_accounted=len(sampled), users_sampled_per_round=sampled)
+            if any(event.user_rate < 1.0 for event in self._rounds.values()):
+                report["guarantee"] += (
+                    "; amplified by user sub-sampling, so against a third party who does not learn which users were "
+                    "sampled (the server draws the sample and the silos receive it: their view is epsilon_without_sampling)"
+                )
+                without = self._composed(lambda event: 1.0)
+                report["epsilon_without_sampling"] = without if math.isfinite(without) else None
         return report
 
 

@@ -79,7 +79,22 @@ class Uldp(Mechanism):
     def accountant(self) -> PrivacyAccountant:
         from mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts
 
-        return UldpAccountant(variant=self.params.variant, delta=self.params.delta, group_rounding=self.params.group_rounding)
+        params = self.params
+        return UldpAccountant(
+            variant=params.variant,
+            delta=params.delta,
+            group_rounding=params.group_rounding,
+            group_k_public=not isinstance(params.group_k, str),
+        )
+
+    def assumed_public(self) -> tuple[str, ...]:
+        public = ["the number of users |U| (data.users.count: the divisor of the update)"]
+        if self.params.variant == "group":
+            public.append(
+                "the records each silo keeps under the k-per-user limit (they set the silo's record sampling rate "
+                "batch_size / kept; a silo that keeps none uploads no noise)"
+            )
+        return tuple(public)
 
 
 def plan_mask(plan: Any, num_users: int) -> np.ndarray:

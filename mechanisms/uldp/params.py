@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mechanisms.base import MechanismParams
 
@@ -17,7 +17,8 @@ class UldpParams(MechanismParams):
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
     user_rate: float = Field(default=1.0, gt=0.0, le=1.0)
     global_lr: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-    group_k: int | str = "median"
+    group_k: int | str | None = None  # group: a public integer; 'max'/'median' come from the data (paper only)
+    naive_noise: Literal["safe", "paper"] = "safe"
     group_rounding: Literal["up", "paper"] = "up"
     weighting: Literal["plain"] = "plain"
 
@@ -36,3 +37,16 @@ class UldpParams(MechanismParams):
         if value != 1.0 and info.data.get("variant") == "group":
             raise ValueError("variant 'group' has no user-level sub-sampling; must be 1.0")
         return value
+
+    @model_validator(mode="after")
+    def _group_needs_k(self) -> "UldpParams":
+        if self.variant == "group" and self.group_k is None:
+            raise ValueError(
+                "group_k: variant 'group' needs a public integer >= 1 (or 'max'/'median' of records per user, the "
+                "paper's choice, taken from the data and therefore reported without an epsilon)"
+            )
+        return self
+
+    def needs_secure_aggregation(self) -> bool:
+        """AVG, AVG-w and SGD split the noise across silos (sigma C / sqrt|S| each): safe only for the sum."""
+        return self.variant in ("avg", "avg_w", "sgd")

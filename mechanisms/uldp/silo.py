@@ -13,7 +13,7 @@ import torch
 from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, model_to_vector
 from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.uldp.variants import Variant
+from mechanisms.uldp.variants import Variant, naive_noise_factor, naive_noise_multiplier
 from mechanisms.uldp.mechanism import plan_mask
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.training import clip_rows, train_users
@@ -38,11 +38,11 @@ class _UldpSilo(SiloMechanism):
     def _noise(self, size: int, std: float) -> np.ndarray:
         return torch.randn(size, generator=self.context.generator, dtype=torch.float64).mul_(std).numpy()
 
-    def _user_level_event(self, round_index: int, sampled: np.ndarray) -> UserLevelGaussianEvent:
+    def _user_level_event(self, round_index: int, sampled: np.ndarray, *, noise_multiplier: float) -> UserLevelGaussianEvent:
         return UserLevelGaussianEvent(
             round_index=round_index,
             user_rate=self.params.user_rate,
-            noise_multiplier=self.params.noise_multiplier,
+            noise_multiplier=noise_multiplier,
             users_sampled=int(sampled.sum()),
         )
 
@@ -77,7 +77,8 @@ class PerUserSilo(_UldpSilo):
         sampled = plan_mask(plan, self.num_users)
         total = self.weighted_sum(start, sampled)
         std = self.params.noise_multiplier * self.params.max_grad_norm / math.sqrt(self.num_silos)
-        return SiloContribution(vector=total + self._noise(total.size, std), events=(self._user_level_event(round_index, sampled),))
+        event = self._user_level_event(round_index, sampled, noise_multiplier=self.params.noise_multiplier)
+        return SiloContribution(vector=total + self._noise(total.size, std), events=(event,))
 
 
 class NaiveSilo(_UldpSilo):
@@ -104,8 +105,10 @@ class NaiveSilo(_UldpSilo):
         (start,) = state
         sampled = plan_mask(plan, self.num_users)
         delta = self.clipped_delta(start, sampled)
-        std = self.params.noise_multiplier * self.params.max_grad_norm * math.sqrt(self.num_silos)
-        return SiloContribution(vector=delta + self._noise(delta.size, std), events=(self._user_level_event(round_index, sampled),))
+        sigma, clip = self.params.noise_multiplier, self.params.max_grad_norm
+        std = naive_noise_factor(self.params.naive_noise) * sigma * clip * math.sqrt(self.num_silos)
+        event = self._user_level_event(round_index, sampled, noise_multiplier=naive_noise_multiplier(sigma, self.params.naive_noise))
+        return SiloContribution(vector=delta + self._noise(delta.size, std), events=(event,))
 
 
 class GroupSilo(_UldpSilo):
