@@ -150,3 +150,12 @@ def test_bad_arguments(kwargs: dict) -> None:
     settings = dict(variant="avg", noise_multiplier=5.0, rounds=10, delta=1e-5) | kwargs
     with pytest.raises(ValueError):
         epsilon(**settings)
+
+
+def test_group_accountant_merges_rounds_so_reports_stay_cheap() -> None:
+    accountant = UldpAccountant(variant="group", delta=1e-5)
+    for round_index in range(100):
+        accountant.record(2, GroupDpSgdEvent(round_index=round_index, sampling_rate=0.1, noise_multiplier=5.0, steps=50, group_k=6))
+    assert accountant._silo_schedules == {2: [(0.1, 5.0, 5000)]}
+    want = epsilon(variant="group", noise_multiplier=5.0, rounds=100, delta=1e-5, group_k=6, sampling_rate=0.1, local_steps=50)
+    assert accountant.report()["epsilon"] == pytest.approx(want, rel=1e-12)

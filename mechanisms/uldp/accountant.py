@@ -185,9 +185,12 @@ class UldpAccountant(PrivacyAccountant):
             raise ValueError(f"silos disagree about group_k: {self._group_k} vs {event.group_k}")
         group_exponent(event.group_k, self.group_rounding)  # validates
         self._group_k = event.group_k
-        self._silo_schedules.setdefault(int(silo_id), []).append(
-            (event.sampling_rate, event.noise_multiplier, event.steps)
-        )
+        schedule = self._silo_schedules.setdefault(int(silo_id), [])
+        setting = (float(event.sampling_rate), float(event.noise_multiplier))
+        if schedule and schedule[-1][:2] == setting:  # merged as Opacus' history: one RDP evaluation per setting
+            schedule[-1] = (*setting, schedule[-1][2] + int(event.steps))
+        else:
+            schedule.append((*setting, int(event.steps)))
 
     def epsilon(self) -> float:
         if self.variant is Variant.GROUP:
