@@ -1,0 +1,54 @@
+"""The shipped scenario files: they validate, state their expected result, and heart_disease_dpsgd's settings give
+a single-digit epsilon (issue 7, item 3)."""
+from __future__ import annotations
+
+import pytest
+
+from mechanisms.events import PoissonGaussianEvent
+from mechanisms.registry import mechanism_class
+from simulator.data import load_dataset
+from simulator.scenario import apply_overrides, load_scenario_file, validate_scenario
+from tests.conftest import REPO
+
+SCENARIOS = REPO / "scenarios"
+SHIPPED = sorted(p for p in SCENARIOS.rglob("*.yaml"))
+SINGLE_NON_MNIST = ["quickstart.yaml", "quickstart_secagg.yaml", "heart_disease_dpsgd.yaml", "rpdp/heart_disease_three_levels.yaml"]
+
+
+def _validated(name: str, heart_disease_dir):
+    raw = load_scenario_file(SCENARIOS / name)
+    overrides = [f"data.path={heart_disease_dir}"] if raw["data"]["dataset"] == "heart_disease" else []
+    return validate_scenario(apply_overrides(raw, overrides))
+
+
+@pytest.mark.parametrize("name", SINGLE_NON_MNIST)
+def test_shipped_single_scenarios_validate(name, heart_disease_dir):
+    assert _validated(name, heart_disease_dir).name == load_scenario_file(SCENARIOS / name)["name"]
+
+
+def test_every_shipped_single_scenario_is_listed_here():
+    singles = {str(p.relative_to(SCENARIOS)) for p in SHIPPED if not p.name.endswith("_grid.yaml")}
+    assert singles - set(SINGLE_NON_MNIST) == {"mnist_dpsgd.yaml", "rpdp/mnist_iid.yaml", "rpdp/mnist_noniid.yaml"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(SCENARIOS)) for p in SHIPPED])
+def test_every_shipped_file_states_its_expected_result(path):
+    comments = " ".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+    assert "Expected" in comments and "privsilo " in comments
+
+
+def test_heart_disease_dpsgd_spends_a_single_digit_epsilon(heart_disease_dir):
+    """The accountant alone, fed the events the shipped settings produce for every hospital (no training)."""
+    scenario = _validated("heart_disease_dpsgd.yaml", heart_disease_dir)
+    fed, mechanism = scenario.federation, mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+    dataset = load_dataset("heart_disease", path=scenario.data.path, seed=scenario.seed)
+    accountant = mechanism.accountant()
+    for silo_id, records in enumerate(dataset.natural_partition):
+        rate = mechanism.params.rate(batch_size=fed.batch_size, num_records=len(records))
+        event = PoissonGaussianEvent(sampling_rate=rate, noise_multiplier=mechanism.params.noise_multiplier, steps=fed.local_steps)
+        for _ in range(fed.rounds):
+            accountant.record(silo_id, event)
+    epsilon = accountant.report()["epsilon"]
+    assert epsilon < 10
+    assert round(epsilon, 2) == 3.45  # the figure the scenario's comment states
+    assert scenario.data.partition == "natural" and len(dataset.natural_partition) == scenario.data.silos
