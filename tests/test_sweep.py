@@ -1,7 +1,9 @@
 """``privsilo sweep``: a tiny rPDP grid on digits writes every file, honours seeds, and bad grids exit 2."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +42,21 @@ def _write_grid(directory: Path, **changes) -> Path:
     return path
 
 
-def test_sweep_writes_tables_and_plots_and_honours_seeds(ray_local, tmp_path, capsys):
-    grid_path = _write_grid(tmp_path)
-    result = sweep(grid_path, out_dir=tmp_path / "out", progress=True)
-    progress = capsys.readouterr().err
+@pytest.fixture(scope="module")
+def whole_sweep(ray_local, tmp_path_factory):
+    """The tiny grid swept once (4 runs) for every test that needs a finished sweep: (grid path, result, progress
+    bar text)."""
+    directory = tmp_path_factory.mktemp("whole_sweep")
+    grid_path = _write_grid(directory)
+    progress = io.StringIO()
+    with contextlib.redirect_stderr(progress):
+        result = sweep(grid_path, out_dir=directory / "out", progress=True)
+    return grid_path, result, progress.getvalue()
+
+
+def test_sweep_writes_tables_and_plots_and_honours_seeds(whole_sweep):
+    grid_path, result, progress = whole_sweep
+    tmp_path = grid_path.parent
     for labels in ("ThreeLevels / rPDP, seed 0", "ThreeLevels / rPDP, seed 1", "ThreeLevels / Minimum, seed 1"):
         assert labels in progress  # the progress bar names the run in progress
     for name in OUTPUT_FILES:
@@ -87,11 +100,14 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
 
 def test_shipped_grids_load_and_every_combination_validates():
     grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
-    assert len(grids) == 3
+    assert len(grids) == 5
     for path in grids:
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
-        assert len(scenarios) == 12 * len(grid.seeds)
+        if path.parent.name == "rpdp":  # 3 budget distributions x 4 variants
+            assert len(scenarios) == 12 * len(grid.seeds)
+        else:  # uldp: every variant of the axis, each with its own user-level accounting
+            assert {s.mechanism.name for s in scenarios} == {"uldp"} and len(scenarios) >= 3 * len(grid.seeds)
 
 
 def _runs_without_timing(path: Path) -> list[dict[str, str]]:
@@ -99,11 +115,10 @@ def _runs_without_timing(path: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(handle)]
 
 
-def test_interrupted_sweep_resumes_from_its_journal(ray_local, tmp_path, monkeypatch):
+def test_interrupted_sweep_resumes_from_its_journal(whole_sweep, tmp_path, monkeypatch):
     import simulator.engine
 
-    grid_path = _write_grid(tmp_path)
-    sweep(grid_path, out_dir=tmp_path / "whole")
+    grid_path, whole, _ = whole_sweep
     real_run, calls = simulator.engine.run, []
 
     def interrupted_after_two(*args, **kwargs):
@@ -124,7 +139,7 @@ def test_interrupted_sweep_resumes_from_its_journal(ray_local, tmp_path, monkeyp
     assert not (tmp_path / "resumed.unfinished").exists()
     for name in OUTPUT_FILES:
         assert (tmp_path / "resumed" / name).stat().st_size > 0, name
-    assert _runs_without_timing(tmp_path / "resumed" / "runs.csv") == _runs_without_timing(tmp_path / "whole" / "runs.csv")
+    assert _runs_without_timing(tmp_path / "resumed" / "runs.csv") == _runs_without_timing(whole.out_dir / "runs.csv")
 
 
 def _sweep_dir(directory: Path, runs: list[SweepRun], axes: list[str]) -> Path:
