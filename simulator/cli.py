@@ -117,13 +117,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.scenario import load_scenario_file, resolve_scenario
 
     if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
-        from simulator.sweep import load_grid
+        from simulator.sweep import count, load_grid
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
         for name in dict.fromkeys((s.data.dataset, s.data.path) for s in scenarios):
             load_dataset(name[0], path=name[1], seed=0)
-        print(f"{args.scenario}: valid grid ({len(scenarios)} runs: {len(scenarios) // len(grid.seeds)} combinations x {len(grid.seeds)} seeds)")
+        combinations = len(scenarios) // len(grid.seeds)
+        print(f"{args.scenario}: valid grid ({count(len(scenarios), 'run')}: {count(combinations, 'combination')} x {count(len(grid.seeds), 'seed')})")
         return 0
     scenario = resolve_scenario(args.scenario, args.overrides)
     load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)

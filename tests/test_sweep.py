@@ -189,6 +189,9 @@ def test_validate_checks_every_combination_of_a_grid(tmp_path, capsys):
     grid_path = _write_grid(tmp_path)
     assert main(["validate", str(grid_path)]) == 0
     assert "valid grid (4 runs: 2 combinations x 2 seeds)" in capsys.readouterr().out
+    (tmp_path / "one_seed").mkdir()
+    assert main(["validate", str(_write_grid(tmp_path / "one_seed", seeds=[0]))]) == 0
+    assert "valid grid (2 runs: 2 combinations x 1 seed)" in capsys.readouterr().out
     bad = _write_grid(tmp_path, axes={"mechanism.variant": {"bad": "nope"}})
     assert main(["validate", str(bad)]) == EXIT_USER_ERROR
     assert capsys.readouterr().err.startswith("privsilo: error: mechanism.variant:")
