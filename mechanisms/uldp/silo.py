@@ -12,6 +12,7 @@ import torch
 
 from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, model_to_vector
 from mechanisms.dp_sgd import noisy_local_training
+from mechanisms.fedavg import local_sgd
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
 from mechanisms.uldp.variants import Variant, naive_noise_factor, naive_noise_multiplier
 from mechanisms.uldp.mechanism import plan_mask
@@ -89,16 +90,7 @@ class NaiveSilo(_UldpSilo):
         records = torch.as_tensor(np.flatnonzero(sampled[self.user_ids]), device=ctx.device)
         if len(records) == 0:
             return np.zeros_like(start)
-        load_vector_into_model(ctx.model, start)
-        ctx.model.train()
-        for _ in range(ctx.training.local_steps):
-            batch = records[torch.randperm(len(records), generator=ctx.generator)[: ctx.training.batch_size].to(ctx.device)]
-            loss = torch.nn.functional.cross_entropy(ctx.model(ctx.features[batch]), ctx.labels[batch])
-            gradients = torch.autograd.grad(loss, list(ctx.model.parameters()))
-            with torch.no_grad():
-                for p, g in zip(ctx.model.parameters(), gradients):
-                    p.sub_(ctx.training.lr * g)
-        delta = model_to_vector(ctx.model) - start
+        delta, _ = local_sgd(ctx, start, records=records)
         return delta * min(1.0, self.params.max_grad_norm / max(float(np.linalg.norm(delta)), np.finfo(np.float64).tiny))
 
     def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
