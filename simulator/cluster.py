@@ -160,9 +160,9 @@ def _check_capacity(demand: ActorDemand, *, where: str) -> None:
             "here or add nodes (one actor per silo)"
         )
     asked, offered, settings = [], [], []
-    for resource, field, server, silo in (("CPU", "num_cpus", demand.server_cpus, demand.silo_cpus),
-                                          ("GPU", "num_gpus", demand.server_gpus, demand.silo_gpus)):
-        needed, have = server + demand.silos * silo, total.get(resource, 0.0)
+    for resource, field, server, silo, needed in (("CPU", "num_cpus", demand.server_cpus, demand.silo_cpus, demand.cpus),
+                                                  ("GPU", "num_gpus", demand.server_gpus, demand.silo_gpus, demand.gpus)):
+        have = total.get(resource, 0.0)
         if needed > have + 1e-9:
             asked.append(f"{needed:g} {resource} (server {server:g} + {demand.silos} silos x {silo:g})")
             offered.append(f"{have:g} {resource}")
