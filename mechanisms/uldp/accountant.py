@@ -159,6 +159,8 @@ class UldpAccountant(PrivacyAccountant):
         self.delta = delta
         self.group_rounding = GroupRounding(group_rounding)
         self._rounds: dict[int, UserLevelGaussianEvent] = {}
+        # rounds per (user rate, sigma), counted as they arrive, so a report composes settings, not every round
+        self._rounds_per_setting: dict[tuple[float, float], int] = {}
         self._silo_schedules: dict[int, list[tuple[float, float, int]]] = {}
         self._group_k: int | None = None
 
@@ -174,9 +176,13 @@ class UldpAccountant(PrivacyAccountant):
         _check_rate("user_rate", event.user_rate)
         _check_real("noise_multiplier", event.noise_multiplier, low=0.0)
         known = self._rounds.get(event.round_index)
-        if known is not None and known != event:
-            raise ValueError(f"silos disagree about round {event.round_index}: {known} vs {event}")
+        if known is not None:
+            if known != event:
+                raise ValueError(f"silos disagree about round {event.round_index}: {known} vs {event}")
+            return  # every silo reports the round; it is counted once
         self._rounds[event.round_index] = event
+        setting = (float(event.user_rate), float(event.noise_multiplier))
+        self._rounds_per_setting[setting] = self._rounds_per_setting.get(setting, 0) + 1
 
     def _record_group(self, silo_id: int, event: Any) -> None:
         if not isinstance(event, GroupDpSgdEvent):
@@ -197,16 +203,16 @@ class UldpAccountant(PrivacyAccountant):
             if self._group_k is None:
                 return 0.0
             return group_epsilon(self._silo_schedules.values(), group_k=self._group_k, delta=self.delta, rounding=self.group_rounding)
-        return self._composed(lambda event: event.user_rate)
+        return self._composed(knows_sample=False)
 
-    def _composed(self, rate_of: Any) -> float:
-        """The user-level rounds composed with sampling rate ``rate_of(event)`` (the event's, or 1 for a view that
-        knows the sample)."""
+    def _composed(self, *, knows_sample: bool) -> float:
+        """The user-level rounds composed at their user rates (a third party's view) or, for a view that knows
+        the sample, at rate 1."""
         orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
         by_setting: dict[tuple[float, float], int] = {}
-        for event in self._rounds.values():
-            key = (float(rate_of(event)), float(event.noise_multiplier))
-            by_setting[key] = by_setting.get(key, 0) + 1
+        for (rate, sigma), rounds in self._rounds_per_setting.items():
+            key = (1.0 if knows_sample else rate, sigma)
+            by_setting[key] = by_setting.get(key, 0) + rounds
         if not by_setting:
             return 0.0
         if any(sigma == 0.0 for _, sigma in by_setting):
@@ -251,7 +257,7 @@ class UldpAccountant(PrivacyAccountant):
                     "; amplified by user sub-sampling, so against a third party who does not learn which users were "
                     "sampled (the server draws the sample and the silos receive it: their view is epsilon_without_sampling)"
                 )
-                without = self._composed(lambda event: 1.0)
+                without = self._composed(knows_sample=True)
                 report["epsilon_without_sampling"] = without if math.isfinite(without) else None
         return report
 
