@@ -6,6 +6,9 @@
 * ``cnn``: the MNIST CNN of McMahan et al. 2017: 5x5 conv (32 channels), 2x2 max pool, 5x5 conv (64 channels),
   2x2 max pool, fully connected 512 with ReLU, linear output. Convolutions are padded ("same"), so the flatten
   size is 64 * (H // 4) * (W // 4); it runs on 28x28 and on 8x8 images.
+* ``small_cnn``: the 21,840-parameter MNIST CNN that ULDP-FL (Kato et al., VLDB 2024) and PLDP-FL (Shen et al.,
+  Entropy 2023) train: 5x5 conv 1->10, 2x2 max pool, ReLU, 5x5 conv 10->20, 2x2 max pool, ReLU, fully connected
+  320->50 with ReLU, linear 50->10 (on 28x28 inputs). Convolutions are unpadded, so images need at least 14x14.
 * ``lenet``: the LeNet attacked in "Deep Leakage from Gradients" (Zhu et al. 2019, NeurIPS): three padded 5x5
   convolutions of 12 channels with strides 2, 2, 1, each followed by a Sigmoid, then one linear layer. As in
   DLG, every weight and bias starts uniform in [-0.5, 0.5], which is what makes gradient inversion work on it.
@@ -22,9 +25,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-MODELS = ("logistic_regression", "mlp", "cnn", "lenet")
+MODELS = ("logistic_regression", "mlp", "cnn", "small_cnn", "lenet")
 MLP_HIDDEN = 200
 CNN_POOLINGS = 2
+SMALL_CNN_KERNEL = 5
+SMALL_CNN_MIN_SIZE = 14  # two unpadded 5x5 convolutions, each followed by a 2x2 pool, leave at least 1x1
 LENET_STRIDES = (2, 2, 1)
 LENET_INIT_BOUND = 0.5
 
@@ -37,6 +42,8 @@ def model_supports(name: str, feature_shape: tuple[int, ...]) -> bool:
         return len(feature_shape) >= 1 and math.prod(feature_shape) > 0
     if len(feature_shape) != 3 or min(feature_shape) < 1:
         return False
+    if name == "small_cnn":
+        return min(feature_shape[1:]) >= SMALL_CNN_MIN_SIZE
     return name == "lenet" or min(feature_shape[1:]) >= 2 ** CNN_POOLINGS
 
 
@@ -49,7 +56,8 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
 
     if not model_supports(name, feature_shape):
         raise ValueError(f"model {name!r} does not support inputs of shape {tuple(feature_shape)}; "
-                         "cnn and lenet need images shaped (channels, height, width)")
+                         "cnn, small_cnn and lenet need images shaped (channels, height, width); "
+                         f"small_cnn needs at least {SMALL_CNN_MIN_SIZE}x{SMALL_CNN_MIN_SIZE}")
     if name == "logistic_regression":
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(feature_shape), num_classes))
     if name == "mlp":
@@ -61,6 +69,8 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
         )
     if name == "cnn":
         return _mcmahan_cnn(feature_shape=feature_shape, num_classes=num_classes)
+    if name == "small_cnn":
+        return _small_cnn(feature_shape=feature_shape, num_classes=num_classes)
     return _dlg_lenet(feature_shape=feature_shape, num_classes=num_classes)
 
 
@@ -75,6 +85,24 @@ def _mcmahan_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Modu
         nn.Flatten(),
         nn.Linear(64 * (height // scale) * (width // scale), 512), nn.ReLU(),
         nn.Linear(512, num_classes),
+    )
+
+
+def _small_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    from torch import nn
+
+    channels, height, width = feature_shape
+
+    def after_block(size: int) -> int:  # unpadded 5x5 convolution, then 2x2 max pool
+        return (size - SMALL_CNN_KERNEL + 1) // 2
+
+    flat = 20 * after_block(after_block(height)) * after_block(after_block(width))
+    return nn.Sequential(
+        nn.Conv2d(channels, 10, kernel_size=SMALL_CNN_KERNEL), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(10, 20, kernel_size=SMALL_CNN_KERNEL), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(flat, 50), nn.ReLU(),
+        nn.Linear(50, num_classes),
     )
 
 

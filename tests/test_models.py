@@ -11,7 +11,7 @@ TABULAR = [(13,), (30,)]
 IMAGES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 SHAPES = TABULAR + IMAGES
 SUPPORTED = [(name, shape) for name in ("logistic_regression", "mlp") for shape in SHAPES] + [
-    (name, shape) for name in ("cnn", "lenet") for shape in IMAGES]
+    (name, shape) for name in ("cnn", "lenet") for shape in IMAGES] + [("small_cnn", (1, 28, 28)), ("small_cnn", (3, 32, 32))]
 
 
 @pytest.mark.parametrize(("name", "shape"), SUPPORTED)
@@ -30,6 +30,14 @@ def test_support_matrix():
     for name in ("cnn", "lenet"):
         assert not any(model_supports(name, shape) for shape in TABULAR)
     assert not model_supports("cnn", (1, 3, 3))  # too small for two 2x2 poolings
+    assert not any(model_supports("small_cnn", shape) for shape in TABULAR + [(1, 8, 8), (1, 13, 13)])
+    assert model_supports("small_cnn", (1, 14, 14))
+
+
+def test_small_cnn_has_the_papers_21840_parameters():
+    model = build_model("small_cnn", feature_shape=(1, 28, 28), num_classes=10)
+    assert sum(p.numel() for p in model.parameters()) == 21_840
+    assert [m.in_features for m in model.modules() if isinstance(m, nn.Linear)] == [320, 50]
 
 
 def test_building_cnn_on_tabular_data_is_refused():
