@@ -17,11 +17,12 @@ import torch
 
 import simulator  # noqa: F401  (Ray environment)
 from protocols.plain import PlainSumServer
-from simulator.actors import ServerActor, SiloActor
+from simulator.actors import ServerActor
 from simulator.data import load_dataset
 from simulator.engine import Federation, _initial_state, _seeds, _silo_indices
 from simulator.messages import RoundBroadcast
 from simulator.scenario import validate_scenario
+from simulator.silo import Silo, SiloSpec
 
 
 def scenario_for(args: argparse.Namespace):
@@ -46,11 +47,12 @@ def single_process_round_times(scenario) -> list[float]:
     parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
     common = dict(scenario=scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     silos = [
-        SiloActor(silo_id=i, record_ids=idx, features=dataset.x_train[idx], labels=dataset.y_train[idx], seed=seeds["silos"][i], **common)
+        Silo(SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i]), features=dataset.x_train[idx],
+             labels=dataset.y_train[idx], device=torch.device("cpu"), **common)
         for i, idx in enumerate(parts)
     ]
     server = ServerActor(
-        silos=[], test_features=dataset.x_test, test_labels=dataset.y_test,
+        workers=[], test_features=dataset.x_test, test_labels=dataset.y_test,
         initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common,
     )
     torch.set_num_threads(threads)  # the actor classes limit torch to their CPU share; the baseline may use all

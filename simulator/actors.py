@@ -1,4 +1,5 @@
-"""The Ray actors: one server, one per silo. Each is a thin shell around pure mechanism and protocol code.
+"""The Ray actors: one server and the silo workers, each hosting one or more logical silos
+(:mod:`simulator.silo`). Each is a thin shell around pure mechanism and protocol code.
 
 The server coordinates: it samples the round's participants (client-level Poisson sampling with rate
 ``client_rate``; a round with fewer than ``protocol.min_participants`` sampled silos is skipped), broadcasts,
@@ -8,39 +9,26 @@ aggregation and evaluates. Protocol set-up stages are relayed through the server
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import ray
 import torch
 
-from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext, load_vector_into_model
+from mechanisms.base import load_vector_into_model
 from mechanisms.registry import mechanism_class
-from protocols.base import ServerProtocol, SiloProtocol
-from protocols.fixed_point import FixedPointCodec
-from protocols.plain import PlainSumServer, PlainSumSilo
-from protocols.secure_aggregation import SecAggServer, SecAggSilo
+from protocols.base import ServerProtocol
+from protocols.plain import PlainSumServer
+from protocols.secure_aggregation import SecAggServer
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_model
 from simulator.scenario import ProtocolConfig, Scenario
-from simulator.secure_rng import reseed_from_os_entropy
-
-
-def _secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
-    """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
-    return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
-
-
-def _silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
-    if config.secure_aggregation:
-        codec = _secure_aggregation_codec(config, num_silos=num_silos)
-        return SecAggSilo(silo_id, codec=codec, min_participants=config.min_participants)
-    return PlainSumSilo(silo_id)
+from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
 
 
 def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
     if config.secure_aggregation:
-        codec = _secure_aggregation_codec(config, num_silos=num_silos)
+        codec = secure_aggregation_codec(config, num_silos=num_silos)
         return SecAggServer(codec=codec, min_participants=config.min_participants)
     return PlainSumServer()
 
@@ -91,101 +79,97 @@ def _limit_threads(num_cpus: float) -> None:
     torch.set_num_threads(max(1, int(num_cpus)))
 
 
-class SiloActor:
-    """One silo: holds its records, trains locally through its mechanism, protects the upload.
+class SiloWorker:
+    """A worker process hosting one or more logical silos of one run at a time (``resources.silos_per_actor``).
 
-    Its generator starts from ``seed``; with ``scenario.secure_rng`` it is re-keyed from OS entropy once the
-    mechanism is built, so sampling and noise cannot be replayed from the seed.
+    Runs lease workers from :mod:`simulator.worker_pool`: ``host`` gives the worker a run's silos, ``release``
+    drops them. The training set arrives once, through Ray's object store (``features``/``labels`` are the
+    whole arrays, read-only and shared by every worker of a node); each silo copies out its own records. The
+    worker's silos train one after another, in the order the server lists them; workers run in parallel.
     """
 
-    def __init__(
+    def __init__(self, *, num_cpus: float) -> None:
+        _limit_threads(num_cpus)
+        self.silos: dict[int, Silo] = {}
+
+    def host(
         self,
         *,
-        silo_id: int,
-        record_ids: np.ndarray,
+        specs: tuple[SiloSpec, ...],
         features: np.ndarray,
         labels: np.ndarray,
         scenario: Scenario,
         feature_shape: tuple[int, ...],
         num_classes: int,
-        seed: int,
-        user_ids: np.ndarray | None = None,
         user_histogram: np.ndarray | None = None,
-    ) -> None:
-        resources = scenario.resources.silo
-        _limit_threads(resources.num_cpus)
-        wants_gpu = resources.num_gpus > 0
+    ) -> tuple[tuple[SiloInfo, ...], float]:
+        """Build the run's silos; return :meth:`info`."""
+        started = time.perf_counter()
+        self.silos = {}
+        wants_gpu = scenario.resources.silo.num_gpus > 0
         self.device = torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
         self.gpu_fallback = wants_gpu and self.device.type == "cpu"
-        self.silo_id = silo_id
-        self.num_records = int(labels.shape[0])
-        model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes).to(self.device)
-        fed = scenario.federation
-        context = SiloContext(
-            silo_id=silo_id,
-            record_ids=np.asarray(record_ids),
-            features=torch.tensor(features, device=self.device),
-            labels=torch.tensor(labels, device=self.device),
-            model=model,
-            training=LocalTraining(
-                local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate
-            ),
-            generator=torch.Generator().manual_seed(seed),
-            device=self.device,
-            user_ids=user_ids,
-            user_histogram=user_histogram,
-        )
-        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
-        self.refusal: PrivacyBudgetError | None = None
-        try:
-            self.mechanism = mechanism.silo(context)
-        except PrivacyBudgetError as exc:  # raised again by info(), so the driver can say it in one line
-            self.refusal = exc
-        if scenario.secure_rng:
-            # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
-            # draw (sampling, noise) comes from OS entropy that is never recorded.
-            reseed_from_os_entropy(context.generator)
-        self.protocol = _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
+        self.silos = {
+            spec.silo_id: Silo(
+                spec,
+                features=features[spec.record_ids],
+                labels=labels[spec.record_ids],
+                scenario=scenario,
+                feature_shape=feature_shape,
+                num_classes=num_classes,
+                device=self.device,
+                user_histogram=user_histogram,
+            )
+            for spec in specs
+        }
+        self.construction_seconds = time.perf_counter() - started
+        return self.info()
 
-    def info(self) -> SiloInfo:
-        if self.refusal is not None:
-            raise self.refusal
+    def release(self) -> None:
+        """Drop the hosted silos (the run is over)."""
+        self.silos = {}
+
+    def info(self) -> tuple[tuple[SiloInfo, ...], float]:
+        """Where each hosted silo runs and what it announces (raises a silo's budget refusal), and the seconds
+        this worker spent constructing its silos."""
         context = ray.get_runtime_context()
-        return SiloInfo(
-            silo_id=self.silo_id,
-            num_records=self.num_records,
-            node_id=context.get_node_id(),
-            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
-            device=str(self.device),
-            gpu_fallback=self.gpu_fallback,
-            events=self.mechanism.setup_events(),
+        infos = tuple(
+            SiloInfo(
+                silo_id=silo.silo_id,
+                num_records=silo.num_records,
+                node_id=context.get_node_id(),
+                gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+                device=str(self.device),
+                gpu_fallback=self.gpu_fallback,
+                events=silo.setup_events(),
+            )
+            for silo in self.silos.values()
         )
+        return infos, self.construction_seconds
 
-    def setup_reply(self, stage: Any, inbound: Any) -> Any:
-        return self.protocol.setup_reply(stage, inbound)
+    def setup_reply(self, stage: Any, inbound: Mapping[int, Any]) -> dict[int, Any]:
+        """Each hosted silo's reply to a protocol set-up stage, given what the server relayed to it."""
+        return {silo_id: silo.protocol.setup_reply(stage, inbound.get(silo_id)) for silo_id, silo in self.silos.items()}
 
-    def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
-        contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
-        payload = self.protocol.protect(
-            contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants
-        )
-        return SiloUpdate(
-            sender=self.silo_id,
-            round_index=broadcast.round_index,
-            payload=payload,
-            events=contribution.events,
-            metrics=dict(contribution.metrics),
-        )
+    def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...]) -> list[SiloUpdate]:
+        """Local training of the named hosted silos, one after another."""
+        return [self.silos[silo_id].train(broadcast) for silo_id in silo_ids]
 
 
 class ServerActor:
-    """The federation's server: sampling, broadcast, protocol relay, aggregation, evaluation."""
+    """The federation's server: sampling, broadcast, protocol relay, aggregation, evaluation.
 
-    def __init__(
+    Leased from :mod:`simulator.worker_pool` like the silo workers: ``open`` starts a run, ``release`` ends it.
+    """
+
+    def __init__(self, *, num_cpus: float) -> None:
+        _limit_threads(num_cpus)
+
+    def open(
         self,
         *,
         scenario: Scenario,
-        silos: list[Any],
+        workers: Sequence[tuple[Any, tuple[int, ...]]],
         test_features: np.ndarray,
         test_labels: np.ndarray,
         initial_state: tuple[np.ndarray, ...],
@@ -193,8 +177,10 @@ class ServerActor:
         num_classes: int,
         seed: int,
     ) -> None:
-        _limit_threads(scenario.resources.server.num_cpus)
-        self.silos = silos
+        self.workers = tuple(handle for handle, _ in workers)
+        self.hosted = tuple(hosted for _, hosted in workers)
+        self.host_of = {silo_id: index for index, (_, hosted) in enumerate(workers) for silo_id in hosted}
+        self.num_silos = len(self.host_of)
         self.client_rate = scenario.federation.client_rate
         self.min_participants = scenario.protocol.min_participants
         self.rng = np.random.default_rng(seed)
@@ -204,23 +190,28 @@ class ServerActor:
         self.test_labels = torch.tensor(test_labels)
         users = scenario.data.users
         self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
-            num_silos=len(silos), num_users=None if users is None else users.count
+            num_silos=self.num_silos, num_users=None if users is None else users.count
         )
-        self.protocol = _server_protocol(scenario.protocol, num_silos=len(silos))
+        self.protocol = _server_protocol(scenario.protocol, num_silos=self.num_silos)
         self.inbox: dict[int, Any] = {}
 
     def setup(self) -> None:
         """Run the protocol's set-up stages, relaying every message through this server."""
         inbound: dict[int, Any] = {}
         for stage in self.protocol.setup_stages:
-            replies = ray.get([silo.setup_reply.remote(stage, inbound.get(i)) for i, silo in enumerate(self.silos)])
-            inbound = dict(self.protocol.relay(stage, dict(enumerate(replies))))
+            replies: dict[int, Any] = {}
+            # Each worker gets only what is addressed to its own silos.
+            calls = [worker.setup_reply.remote(stage, {i: inbound[i] for i in hosted if i in inbound})
+                     for worker, hosted in zip(self.workers, self.hosted)]
+            for worker_replies in ray.get(calls):
+                replies.update(worker_replies)
+            inbound = dict(self.protocol.relay(stage, dict(sorted(replies.items()))))
 
     def run_round(self, round_index: int) -> RoundReport:
         """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates."""
         start = time.perf_counter()
         participants = sample_participants(
-            self.rng, num_silos=len(self.silos), client_rate=self.client_rate, min_participants=self.min_participants
+            self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
         updates: list[SiloUpdate] = []
         self.inbox = {}
@@ -228,7 +219,12 @@ class ServerActor:
             plan = self.mechanism.round_plan(self.rng, round_index=round_index)
             # Stored once in the object store; every participant reads the same copy.
             broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
-            updates = _get_all([self.silos[i].train.remote(broadcast) for i in participants])
+            by_worker: dict[int, list[int]] = {}
+            for silo_id in participants:
+                by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
+            batches = _get_all([self.workers[w].train.remote(broadcast, tuple(ids)) for w, ids in by_worker.items()])
+            # In participant order whatever the packing, so every sum over silos adds in the same order.
+            updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
             self.inbox = {u.sender: u.payload for u in updates}
             total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
             self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
@@ -257,6 +253,10 @@ class ServerActor:
     def last_round_inbox(self) -> dict[int, Any]:
         """The protocol messages the server received in the last round (what an honest-but-curious server sees)."""
         return dict(self.inbox)
+
+    def release(self) -> None:
+        """Drop the run (its model, test data, mechanism and protocol state)."""
+        self.__dict__.clear()
 
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         load_vector_into_model(self.model, self.state[0])

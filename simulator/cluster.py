@@ -13,7 +13,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 from simulator.errors import PrivsiloError, ScenarioError
 
@@ -26,26 +26,50 @@ HTTP2_SETTINGS = 0x4
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """The CPUs and GPUs a run's actors may hold at once; ``gpus`` None: not a limit (a local session is given
+    logical GPUs for the shares asked, and silos without a device train on the CPU)."""
+
+    cpus: float
+    gpus: float | None
+
+
+def local_capacity() -> Capacity:
+    """What a local session packs the silos into: this machine's cores."""
+    return Capacity(cpus=float(os.cpu_count() or 1), gpus=None)
+
+
+def cluster_capacity() -> Capacity:
+    """What the Ray cluster this process is connected to offers."""
+    import ray
+
+    total = ray.cluster_resources()
+    return Capacity(cpus=total.get("CPU", 0.0), gpus=total.get("GPU", 0.0))
+
+
+@dataclass(frozen=True)
 class ActorDemand:
-    """What a run asks Ray for at once: one server actor and ``silos`` silo actors with these shares."""
+    """What a run asks Ray for at once: one server actor and ``workers`` silo worker actors with these shares,
+    hosting ``silos`` logical silos between them."""
 
     server_cpus: float
     server_gpus: float
     silo_cpus: float
     silo_gpus: float
     silos: int
+    workers: int
 
     @property
     def cpus(self) -> float:
-        return self.server_cpus + self.silos * self.silo_cpus
+        return self.server_cpus + self.workers * self.silo_cpus
 
     @property
     def gpus(self) -> float:
-        return self.server_gpus + self.silos * self.silo_gpus
+        return self.server_gpus + self.workers * self.silo_gpus
 
     @property
     def actors(self) -> int:
-        return self.silos + 1
+        return self.workers + 1
 
     @classmethod
     def covering(cls, demands: Iterable[ActorDemand]) -> ActorDemand:
@@ -54,19 +78,40 @@ class ActorDemand:
         return cls(**{f.name: max(getattr(d, f.name) for d in demands) for f in fields(cls)})
 
 
-@contextmanager
-def ray_session(*, address: str | None, demand: ActorDemand, connect_timeout: float) -> Iterator[None]:
-    """Use the Ray session already open in this process, or open one (and close it afterwards).
+def worker_count(*, silos: int, silos_per_actor: int | Literal["auto"], server_cpus: float, server_gpus: float,
+                 silo_cpus: float, silo_gpus: float, capacity: Capacity) -> int:
+    """How many silo worker actors host ``silos`` silos (``resources.silos_per_actor``).
 
-    A local session gets at least as many logical CPUs/GPUs as ``demand`` asks for, so that e.g. ten silos
-    with ``num_cpus: 0.5`` are scheduled at once on two cores, and silos with a GPU share are scheduled on a
-    machine without a GPU (they then train on the CPU, with a warning). A cluster at ``address`` must offer them.
+    A number N gives ceil(silos / N) workers. ``auto`` gives one worker per silo where ``capacity`` holds the
+    server's and every silo's share at once, and otherwise as many workers as it holds (at least one).
+    """
+    if silos_per_actor != "auto":
+        return math.ceil(silos / silos_per_actor)
+    fitting = silos
+    for have, server, share in ((capacity.cpus, server_cpus, silo_cpus), (capacity.gpus, server_gpus, silo_gpus)):
+        if have is not None and share > 0:
+            fitting = min(fitting, math.floor((have - server) / share + 1e-9))
+    return max(1, fitting)
+
+
+@contextmanager
+def ray_session(
+    *, address: str | None, demand_for: Callable[[Capacity], ActorDemand], connect_timeout: float
+) -> Iterator[ActorDemand]:
+    """Use the Ray session already open in this process, or open one (and close it afterwards); yield the demand
+    ``demand_for`` makes of the session's capacity (how the silos are packed depends on it).
+
+    A local session packs the silos into this machine's cores and gets at least as many logical CPUs/GPUs as
+    the demand asks for, so that e.g. ten silos with ``num_cpus: 0.5`` and ``silos_per_actor: 1`` are scheduled
+    at once on two cores, and silos with a GPU share are scheduled on a machine without a GPU (they then train
+    on the CPU, with a warning). A cluster at ``address`` must offer what the demand asks for.
     """
     import ray
 
     if ray.is_initialized():
+        demand = demand_for(cluster_capacity())
         _check_capacity(demand, where="the Ray session of this process")
-        yield
+        yield demand
         return
     if address:
         check_reachable(address, timeout=connect_timeout)
@@ -74,14 +119,16 @@ def ray_session(*, address: str | None, demand: ActorDemand, connect_timeout: fl
             ray.init(address=address, logging_level="ERROR", configure_logging=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ScenarioError("ray.address", address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
+        demand = demand_for(cluster_capacity())
     else:
+        demand = demand_for(local_capacity())
         cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
         gpus = math.ceil(demand.gpus) if demand.gpus else None
         # address="local": always a fresh local instance, never a cluster someone else started on this machine.
         ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
-        yield
+        yield demand
     finally:
         ray.shutdown()
 
@@ -154,39 +201,49 @@ def _check_capacity(demand: ActorDemand, *, where: str) -> None:
     total = ray.cluster_resources()
     memory = total.get("memory", 0.0)
     if demand.actors * ACTOR_MEMORY_BYTES > memory:
+        workers = max(int(memory // ACTOR_MEMORY_BYTES) - 1, 1)
         raise PrivsiloError(
-            f"data.silos: {demand.silos} silos need about {demand.actors * ACTOR_MEMORY_BYTES / 2**30:.1f} GiB for their actor "
-            f"processes but Ray has {memory / 2**30:.1f} GiB; use at most {int(memory // ACTOR_MEMORY_BYTES) - 1} silos "
-            "here or add nodes (one actor per silo)"
+            f"resources.silos_per_actor: {demand.workers} silo worker actors (for {demand.silos} silos) and the server "
+            f"need about {demand.actors * ACTOR_MEMORY_BYTES / 2**30:.1f} GiB but Ray has {memory / 2**30:.1f} GiB; "
+            f"use --set resources.silos_per_actor={math.ceil(demand.silos / workers)} (at most {workers} workers) or add nodes"
         )
     asked, offered, settings = [], [], []
     for resource, field, server, silo, needed in (("CPU", "num_cpus", demand.server_cpus, demand.silo_cpus, demand.cpus),
                                                   ("GPU", "num_gpus", demand.server_gpus, demand.silo_gpus, demand.gpus)):
         have = total.get(resource, 0.0)
         if needed > have + 1e-9:
-            asked.append(f"{needed:g} {resource} (server {server:g} + {demand.silos} silos x {silo:g})")
+            asked.append(f"{needed:g} {resource} (server {server:g} + {demand.workers} silo workers x {silo:g})")
             offered.append(f"{have:g} {resource}")
-            settings.append(fitting_settings(field=field, server=server, silo=silo, silos=demand.silos, have=have))
+            settings.append(fitting_settings(field=field, server=server, silo=silo, workers=demand.workers, have=have))
     if asked:
         options = " ".join(f"--set {setting}" for group in settings for setting in group)
-        remedy = f"use {options} or add nodes" if all(settings) else "add nodes"
+        remedies = [f"use {options}"] if all(settings) else []
+        capacity = Capacity(cpus=total.get("CPU", 0.0), gpus=total.get("GPU", 0.0))
+        fitting = worker_count(silos=demand.silos, silos_per_actor="auto", server_cpus=demand.server_cpus,
+                               server_gpus=demand.server_gpus, silo_cpus=demand.silo_cpus, silo_gpus=demand.silo_gpus,
+                               capacity=capacity)
+        shares_fit = all(have + 1e-9 >= server + fitting * share for have, server, share in (
+            (capacity.cpus, demand.server_cpus, demand.silo_cpus), (capacity.gpus, demand.server_gpus, demand.silo_gpus)))
+        if fitting < demand.workers and shares_fit:
+            remedies.append(f"--set resources.silos_per_actor={math.ceil(demand.silos / fitting)} ({fitting} workers)")
+        remedy = " or ".join(remedies + ["add nodes"])
         raise PrivsiloError(
             f"resources: the actors need {' and '.join(asked)} at once but {where} offers {' and '.join(offered)}; "
             f"{remedy} (a local run sizes Ray to the scenario, a cluster must offer what its actors ask for)"
         )
 
 
-def fitting_settings(*, field: str, server: float, silo: float, silos: int, have: float) -> list[str]:
-    """``key=value`` settings under which one server and ``silos`` silos fit into ``have`` units of a resource.
+def fitting_settings(*, field: str, server: float, silo: float, workers: int, have: float) -> list[str]:
+    """``key=value`` settings under which one server and ``workers`` silo workers fit into ``have`` units of a resource.
 
-    Shares only ever go down, in whole hundredths: the silos' alone if that suffices, else the silos' to at most
+    Shares only ever go down, in whole hundredths: the workers' alone if that suffices, else the workers' to at most
     an equal share and the server's to what is left. Without a GPU to share: no GPUs (the actors then train on
     the CPU). Empty when not even a hundredth of a CPU per actor fits.
     """
-    if silo > 0 and (share := _share(have - server, silos)) > 0:
+    if silo > 0 and (share := _share(have - server, workers)) > 0:
         return [f"resources.silo.{field}={share:g}"]
-    new_silo = min(silo, _share(have, silos + 1))
-    new_server = min(server, _share(have - silos * new_silo, 1))
+    new_silo = min(silo, _share(have, workers + 1))
+    new_server = min(server, _share(have - workers * new_silo, 1))
     if (new_silo > 0 or silo == 0) and (new_server > 0 or server == 0):
         changed = (("server", server, new_server), ("silo", silo, new_silo))
         return [f"resources.{role}.{field}={new:g}" for role, old, new in changed if new != old]

@@ -22,8 +22,8 @@ from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vect
 from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
-from simulator.actors import ServerActor, SiloActor
-from simulator.cluster import ActorDemand, ray_session
+from simulator.actors import ServerActor, SiloWorker
+from simulator.cluster import ActorDemand, Capacity, ray_session, worker_count
 from simulator.data import Dataset, load_dataset
 from simulator.data.partition import partition_indices
 from simulator.data.users import UserAllocation, allocate_users, users_generator
@@ -31,8 +31,11 @@ from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
+from simulator.silo import SiloSpec
+from simulator.worker_pool import POOL, ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
+ACTOR_RELEASE_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class RunResult:
     placement: tuple[SiloInfo, ...]
     model_state: Mapping[str, torch.Tensor]
     users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
+    packing: tuple[tuple[int, ...], ...] = ()  # silo ids hosted by each worker actor
 
     @property
     def final(self) -> dict[str, Any]:
@@ -149,11 +153,19 @@ def _user_allocation(scenario: Scenario, dataset: Dataset, parts: list[np.ndarra
         raise ScenarioError("data.users.count", users.count, f"does not fit {len(dataset.y_train)} records of '{scenario.data.dataset}' in {scenario.data.silos} silos ({exc})") from None
 
 
-def resources_needed(scenario: Scenario) -> ActorDemand:
-    """What a run asks Ray for at once: a server actor and one actor per silo."""
+def resources_needed(scenario: Scenario, capacity: Capacity) -> ActorDemand:
+    """What a run asks Ray for at once: a server actor and the silo workers (``resources.silos_per_actor``, with
+    ``auto`` resolved against ``capacity``)."""
     res = scenario.resources
-    return ActorDemand(server_cpus=res.server.num_cpus, server_gpus=res.server.num_gpus, silo_cpus=res.silo.num_cpus,
-                       silo_gpus=res.silo.num_gpus, silos=scenario.data.silos)
+    shares = dict(server_cpus=res.server.num_cpus, server_gpus=res.server.num_gpus, silo_cpus=res.silo.num_cpus,
+                  silo_gpus=res.silo.num_gpus)
+    workers = worker_count(silos=scenario.data.silos, silos_per_actor=res.silos_per_actor, capacity=capacity, **shares)
+    return ActorDemand(silos=scenario.data.silos, workers=workers, **shares)
+
+
+def pack_silos(num_silos: int, workers: int) -> tuple[tuple[int, ...], ...]:
+    """Silo ids hosted by each worker: consecutive blocks whose sizes differ by at most one."""
+    return tuple(tuple(int(i) for i in block) for block in np.array_split(np.arange(num_silos), workers))
 
 
 def record_events(accountant: PrivacyAccountant, events_by_silo: Mapping[int, Sequence[PrivacyEvent]]) -> None:
@@ -200,32 +212,35 @@ class Federation:
         self.users = _user_allocation(scenario, self.dataset, parts)
         if self.users is not None:
             parts = list(self.users.silo_indices)
-            histogram = self.users.histogram()
-        res = scenario.resources
+        specs = [
+            SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
+                     user_ids=None if self.users is None else self.users.silo_user_ids[i])
+            for i, idx in enumerate(parts)
+        ]
         t_data = time.perf_counter()
-        self._stack.enter_context(
-            ray_session(address=scenario.ray.address, demand=resources_needed(scenario), connect_timeout=scenario.ray.connect_timeout)
-        )
-        silo_class = ray.remote(SiloActor).options(num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
-        self.silos = []
-        for i, idx in enumerate(parts):
-            self.silos.append(
-                silo_class.remote(
-                    silo_id=i,
-                    record_ids=idx,
-                    features=self.dataset.x_train[idx],
-                    labels=self.dataset.y_train[idx],
-                    scenario=scenario,
-                    feature_shape=self.dataset.feature_shape,
-                    num_classes=self.dataset.num_classes,
-                    seed=seeds["silos"][i],
-                    **({} if self.users is None else {"user_ids": self.users.silo_user_ids[i], "user_histogram": histogram}),
-                )
+        demand = self._stack.enter_context(ray_session(
+            address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
+            connect_timeout=scenario.ray.connect_timeout,
+        ))
+        self.packing = pack_silos(len(specs), demand.workers)
+        res = scenario.resources
+        # The training set goes into the object store once; every worker reads its silos' records from there.
+        features, labels = ray.put(self.dataset.x_train), ray.put(self.dataset.y_train)
+        histogram = None if self.users is None else self.users.histogram()
+        worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
+        server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
+        leased = self._lease({worker_shape: len(self.packing), server_shape: 1})
+        self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
+        hosting = [
+            worker.host.remote(
+                specs=tuple(specs[i] for i in hosted), features=features, labels=labels, scenario=scenario,
+                feature_shape=self.dataset.feature_shape, num_classes=self.dataset.num_classes, user_histogram=histogram,
             )
-            self._stack.callback(ray.kill, self.silos[-1])
-        self.server = ray.remote(ServerActor).options(num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus).remote(
+            for worker, hosted in zip(self.workers, self.packing)
+        ]
+        opened = self.server.open.remote(
             scenario=scenario,
-            silos=self.silos,
+            workers=tuple(zip(self.workers, self.packing)),
             test_features=self.dataset.x_test,
             test_labels=self.dataset.y_test,
             initial_state=_initial_state(scenario, self.dataset, seeds["init"]),
@@ -233,11 +248,34 @@ class Federation:
             num_classes=self.dataset.num_classes,
             seed=seeds["server"],
         )
-        self._stack.callback(ray.kill, self.server)
-        self.placement = tuple(_wait_for_actors([s.info.remote() for s in self.silos]))
+        infos, construction = _wait_for_workers(hosting)
+        ray.get(opened)
+        self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
         _warn_gpu_fallback(self.placement)
+        t_workers = time.perf_counter()
         ray.get(self.server.setup.remote())
-        self.timing.update(data_seconds=t_data - t0, setup_seconds=time.perf_counter() - t_data)
+        t_setup = time.perf_counter()
+        self.timing.update(data_seconds=t_data - t0, workers_seconds=t_workers - t_data, protocol_setup_seconds=t_setup - t_workers)
+        self.silo_construction_seconds = construction
+
+    def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
+        """Actors from the session's pool, handed back when the federation closes, after they dropped this run
+        (``clear``/``close``); an actor that fails to do so is stopped instead."""
+        leased = POOL.lease(counts)
+
+        def hand_back() -> None:
+            for shape, handles in leased.items():
+                healthy = []
+                for handle in handles:
+                    try:
+                        ray.get(handle.release.remote(), timeout=ACTOR_RELEASE_TIMEOUT_S)
+                        healthy.append(handle)
+                    except (ray.exceptions.RayError, TimeoutError):
+                        ray.kill(handle)
+                POOL.give_back(shape, healthy)
+
+        self._stack.callback(hand_back)
+        return leased
 
     def run_round(self, round_index: int) -> RoundReport:
         """Run one round on the server actor and return its report.
@@ -289,22 +327,26 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
         startup = dict(federation.timing)
+        construction = federation.silo_construction_seconds
+        packing = federation.packing
     privacy = accountant.report()
     return RunResult(
         scenario=scenario,
         rounds=tuple(records),
         privacy=privacy,
-        timing=_timing(startup, records, total_seconds=time.perf_counter() - t0),
+        timing={**_timing(startup, records, total_seconds=time.perf_counter() - t0), "silo_construction_seconds": construction},
         placement=placement,
         model_state=model_state,
         users=users,
+        packing=packing,
     )
 
 
 def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, total_seconds: float) -> dict[str, float]:
-    """``summary.json`` timing, in parts that add up: total = the start-up parts (data, setup) + rounds + other,
-    and rounds = training + accounting (= the sum of ``metrics.csv``'s ``wall_seconds``). ``other_seconds`` is the
-    rest: the start-up privacy accounting, fetching the final model, stopping the actors, the final report."""
+    """``summary.json`` timing, in parts that add up: total = the start-up parts (data; workers: starting Ray and
+    the worker actors and building the silos; protocol set-up) + rounds + other, and rounds = training +
+    accounting (= the sum of ``metrics.csv``'s ``wall_seconds``). ``other_seconds`` is the rest: the start-up
+    privacy accounting, fetching the final model, stopping the actors, the final report."""
     training = sum(r.training_seconds for r in records)
     accounting = sum(r.accounting_seconds for r in records)
     rounds = training + accounting
@@ -319,19 +361,21 @@ def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, tot
     }
 
 
-def _wait_for_actors(refs: list[Any]) -> list[SiloInfo]:
+def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
+    """Every hosted silo's info, and the longest time a worker spent constructing its silos."""
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
     if pending:
         raise PrivsiloError(
-            f"resources: only {len(ready)} of {len(refs)} silo actors could be scheduled within "
+            f"resources: only {len(ready)} of {len(refs)} silo worker actors could be scheduled within "
             f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
         )
     try:
-        return ray.get(refs)
+        replies = ray.get(refs)
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, PrivacyBudgetError):
             raise PrivsiloError(str(exc.cause)) from None
         raise
+    return [info for infos, _ in replies for info in infos], max(seconds for _, seconds in replies)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

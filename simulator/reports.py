@@ -70,6 +70,7 @@ def _finite_or_none(value: float | None) -> float | None:
 def summary(result: RunResult) -> dict[str, Any]:
     """The content of summary.json."""
     users = {} if result.users is None else {"users": dict(result.users)}
+    worker_of = {silo: worker for worker, hosted in enumerate(result.packing) for silo in hosted}
     return {
         "config": result.scenario.to_dict(),
         **users,
@@ -78,7 +79,8 @@ def summary(result: RunResult) -> dict[str, Any]:
         "randomness": _randomness(result.scenario),
         "timing": dict(result.timing),
         "placement": [
-            {"silo": p.silo_id, "records": p.num_records, "node_id": p.node_id, "gpu_ids": list(p.gpu_ids), "device": p.device}
+            {"silo": p.silo_id, "worker": worker_of.get(p.silo_id), "records": p.num_records, "node_id": p.node_id,
+             "gpu_ids": list(p.gpu_ids), "device": p.device}
             for p in result.placement
         ],
     }

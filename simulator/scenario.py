@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from mechanisms.base import MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
@@ -80,8 +80,18 @@ def _server_resources() -> ActorResources:
 
 
 class ResourcesConfig(_Block):
+    """Ray resources of the server actor and of each silo worker actor, and how many silos a worker hosts."""
+
     server: ActorResources = Field(default_factory=_server_resources)
     silo: ActorResources = Field(default_factory=ActorResources)
+    silos_per_actor: int | Literal["auto"] = "auto"
+
+    @field_validator("silos_per_actor", mode="before")
+    @classmethod
+    def _whole_number_or_auto(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("must be 'auto' or a whole number >= 1 of silos per worker actor")
 
 
 class RayConfig(_Block):
@@ -263,6 +273,9 @@ def _check_consistency(scenario: Scenario) -> None:
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
     _check_protocol(scenario)
+    packing = scenario.resources.silos_per_actor
+    if packing != "auto" and packing > data.silos:
+        raise ScenarioError("resources.silos_per_actor", packing, f"must not exceed data.silos = {data.silos}")
     for role in ("server", "silo"):
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):

@@ -30,7 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from mechanisms.registry import mechanism_class
-from simulator.cluster import ActorDemand, ray_session
+from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
 from simulator.sweep_journal import SweepJournal, scenario_key
@@ -191,8 +191,10 @@ def sweep(
     reference, reference_label = rpdp_runs[0] if rpdp_runs else (None, "")
     pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
     if pending:
-        demand = ActorDemand.covering(resources_needed(scenario) for _, (_, _, scenario) in pending)
-        session = ray_session(address=address or jobs[0][2].ray.address, demand=demand, connect_timeout=jobs[0][2].ray.connect_timeout)
+        def demand_for(capacity: Capacity) -> ActorDemand:
+            return ActorDemand.covering(resources_needed(scenario, capacity) for _, (_, _, scenario) in pending)
+
+        session = ray_session(address=address or jobs[0][2].ray.address, demand_for=demand_for, connect_timeout=jobs[0][2].ray.connect_timeout)
         with session:
             bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
             for key, (labels, seed, scenario) in bar:

@@ -265,7 +265,7 @@ def test_suggested_shares_fit_whenever_a_hundredth_each_does(field):
                 for have in (0.0, 0.5, 1.0, 2.0, 7.0, 12.5):
                     if server + silos * silo <= have:
                         continue  # fits already: no suggestion is asked for
-                    settings = dict(s.split("=") for s in fitting_settings(field=field, server=server, silo=silo, silos=silos, have=have))
+                    settings = dict(s.split("=") for s in fitting_settings(field=field, server=server, silo=silo, workers=silos, have=have))
                     if not settings:
                         assert field == "num_cpus" and have < 0.01 * (silos + 1 if silo else 1)
                         continue

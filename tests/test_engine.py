@@ -34,7 +34,8 @@ def test_quickstart_through_the_cli(ray_local, tmp_path):
     assert summary["final"]["accuracy"] >= 0.85
     assert summary["privacy"]["epsilon"] is None
     assert summary["privacy"]["epsilon_per_silo"] == {str(silo): None for silo in range(5)}
-    assert set(summary["timing"]) >= {"setup_seconds", "rounds_seconds", "total_seconds"}
+    assert set(summary["timing"]) >= {"workers_seconds", "protocol_setup_seconds", "rounds_seconds", "total_seconds"}
+    assert [entry["worker"] for entry in summary["placement"]] == list(range(5))  # auto: a worker per silo here
     rows = _metrics_without_wall_clock(out / "metrics.csv")
     assert [int(r["round"]) for r in rows] == list(range(1, 11))
     assert rows[-1]["participants"] == "0;1;2;3;4"

@@ -30,7 +30,9 @@ def test_dp_sgd_reports_silos_never_sampled_and_timings_that_add_up(ray_local, t
     assert summary["privacy"]["epsilon"] == max(per_silo.values()) > 0
 
     timing = summary["timing"]
-    parts = timing["data_seconds"] + timing["setup_seconds"] + timing["rounds_seconds"] + timing["other_seconds"]
+    parts = (timing["data_seconds"] + timing["workers_seconds"] + timing["protocol_setup_seconds"] + timing["rounds_seconds"]
+             + timing["other_seconds"])
+    assert 0 <= timing["silo_construction_seconds"] <= timing["workers_seconds"]
     assert parts == pytest.approx(timing["total_seconds"], rel=1e-12)
     assert timing["rounds_seconds"] == pytest.approx(timing["training_seconds"] + timing["accounting_seconds"], rel=1e-12)
     assert min(timing.values()) >= 0 and timing["accounting_seconds"] > 0

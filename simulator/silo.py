@@ -1,0 +1,113 @@
+"""One logical silo: its records, model, mechanism state, generator and protocol keys, in a plain object.
+
+A silo is not a process: a Ray worker actor (:class:`simulator.actors.SiloWorker`) hosts one or more of them and
+calls them one after another. A silo holds references only to what it was given (its own slice of the records,
+its own model, generator and protocol object) and to nothing of the worker or of the other silos it shares the
+worker with; ``tests/test_packing.py`` walks the object graph to check that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
+from mechanisms.events import PrivacyEvent
+from mechanisms.registry import mechanism_class
+from protocols.base import SiloProtocol
+from protocols.fixed_point import FixedPointCodec
+from protocols.plain import PlainSumSilo
+from protocols.secure_aggregation import SecAggSilo
+from simulator.messages import RoundBroadcast, SiloUpdate
+from simulator.models import build_model
+from simulator.scenario import ProtocolConfig, Scenario
+from simulator.secure_rng import reseed_from_os_entropy
+
+
+@dataclass(frozen=True)
+class SiloSpec:
+    """What makes one silo: its id, the indices of its records in the training set, its generator's seed and,
+    with ``data.users``, the owner of each of its records."""
+
+    silo_id: int
+    record_ids: np.ndarray
+    seed: int
+    user_ids: np.ndarray | None = None
+
+
+def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
+    """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
+    return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
+
+
+def silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
+    if config.secure_aggregation:
+        codec = secure_aggregation_codec(config, num_silos=num_silos)
+        return SecAggSilo(silo_id, codec=codec, min_participants=config.min_participants)
+    return PlainSumSilo(silo_id)
+
+
+class Silo:
+    """One silo: trains locally through its mechanism and protects the upload with its protocol object.
+
+    Its generator starts from ``spec.seed``; with ``scenario.secure_rng`` it is re-keyed from OS entropy once the
+    mechanism is built, so sampling and noise cannot be replayed from the seed. A mechanism that refuses the
+    silo's budgets leaves ``refusal`` set (the worker raises it when asked for the silo's info).
+    """
+
+    def __init__(
+        self,
+        spec: SiloSpec,
+        *,
+        features: np.ndarray,
+        labels: np.ndarray,
+        scenario: Scenario,
+        feature_shape: tuple[int, ...],
+        num_classes: int,
+        device: torch.device,
+        user_histogram: np.ndarray | None = None,
+    ) -> None:
+        self.silo_id = spec.silo_id
+        self.num_records = int(labels.shape[0])
+        fed = scenario.federation
+        context = SiloContext(
+            silo_id=spec.silo_id,
+            record_ids=np.array(spec.record_ids),
+            features=torch.tensor(features, device=device),
+            labels=torch.tensor(labels, device=device),
+            model=build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes).to(device),
+            training=LocalTraining(
+                local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate
+            ),
+            generator=torch.Generator().manual_seed(spec.seed),
+            device=device,
+            user_ids=None if spec.user_ids is None else np.array(spec.user_ids),
+            user_histogram=user_histogram,
+        )
+        self.refusal: PrivacyBudgetError | None = None
+        try:
+            self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).silo(context)
+        except PrivacyBudgetError as exc:
+            self.refusal = exc
+        if scenario.secure_rng:
+            # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
+            # draw (sampling, noise) comes from OS entropy that is never recorded.
+            reseed_from_os_entropy(context.generator)
+        self.protocol = silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
+
+    def setup_events(self) -> tuple[PrivacyEvent, ...]:
+        if self.refusal is not None:
+            raise self.refusal
+        return self.mechanism.setup_events()
+
+    def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
+        contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
+        payload = self.protocol.protect(contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants)
+        return SiloUpdate(
+            sender=self.silo_id,
+            round_index=broadcast.round_index,
+            payload=payload,
+            events=contribution.events,
+            metrics=dict(contribution.metrics),
+        )
