@@ -204,7 +204,7 @@ def test_connect_timeout_is_validated():
 def test_too_small_cluster_names_the_numbers_and_a_set_that_fits(tmp_path):
     from ray.cluster_utils import Cluster
 
-    scenario = small_scenario(resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1, "num_gpus": 0}})
+    scenario = small_scenario(resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1, "num_gpus": 0}, "silos_per_actor": 1})
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(scenario))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "node_ip_address": "127.0.0.1"})
@@ -219,6 +219,7 @@ def test_too_small_cluster_names_the_numbers_and_a_set_that_fits(tmp_path):
     assert "silo" in settings, line
     server = float(settings.get("server", scenario["resources"]["server"]["num_cpus"]))
     assert 0 < float(settings["silo"]) and server + silos * float(settings["silo"]) <= 2
+    assert "--set resources.silos_per_actor=3 (1 workers)" in line  # one 1-CPU worker fits beside the server
     assert not (tmp_path / "out").exists()
 
 
