@@ -92,7 +92,7 @@ class Uldp(Mechanism):
         if self.params.variant == "group":
             public.append(
                 "the records each silo keeps under the k-per-user limit (they set the silo's record sampling rate "
-                "batch_size / kept; a silo that keeps none uploads no noise)"
+                "batch_size / kept; a silo that keeps none still uploads its noisy steps)"
             )
         return tuple(public)
 
