@@ -20,7 +20,7 @@ For ``naive``, an unsampled user's records are left out of the round's local tra
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -95,6 +95,12 @@ class Uldp(Mechanism):
                 "batch_size / kept; a silo that keeps none still uploads its noisy steps)"
             )
         return tuple(public)
+
+    @classmethod
+    def sweep_plotter(cls) -> Callable[..., None]:
+        from mechanisms.uldp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
+
+        return plot_sweep
 
 
 def plan_mask(plan: Any, num_users: int) -> np.ndarray:
