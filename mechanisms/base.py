@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -183,6 +183,14 @@ class Mechanism(ABC):
         """Data-dependent quantities the guarantee treats as public, i.e. does not protect (``summary.json``
         ``privacy.assumed_public``). Mechanisms whose parameters make such a quantity public override this."""
         return ()
+
+    @classmethod
+    def sweep_plotter(cls) -> Callable[..., None] | None:
+        """The mechanism's own sweep plots, or None: a function ``(runs, *, axes, title, out_dir)`` that writes
+        PNG files into ``out_dir``; each run has ``labels`` ({axis key: label}), ``seed``,
+        ``accuracy_per_round`` and ``epsilon_per_round`` (None where a round has no epsilon). Import plotting
+        code inside the override, so that validating a scenario does not load it."""
+        return None
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:

@@ -23,6 +23,7 @@ from protocols.secure_aggregation import SecAggServer
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_model
 from simulator.scenario import ProtocolConfig, Scenario
+from simulator.secure_rng import os_entropy_generator
 from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
 
 
@@ -184,6 +185,8 @@ class ServerActor:
         self.client_rate = scenario.federation.client_rate
         self.min_participants = scenario.protocol.min_participants
         self.rng = np.random.default_rng(seed)
+        # secure mode: the round plan (ULDP's user sample) must not follow from the seed; client sampling stays seeded
+        self.plan_rng = os_entropy_generator() if scenario.secure_rng else self.rng
         self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
@@ -216,7 +219,7 @@ class ServerActor:
         updates: list[SiloUpdate] = []
         self.inbox = {}
         if participants:
-            plan = self.mechanism.round_plan(self.rng, round_index=round_index)
+            plan = self.round_plan(round_index)
             # Stored once in the object store; every participant reads the same copy.
             broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
             by_worker: dict[int, list[int]] = {}
@@ -239,6 +242,10 @@ class ServerActor:
             train_loss=float(np.mean(train_losses)) if train_losses else float("nan"),
             seconds=time.perf_counter() - start,
         )
+
+    def round_plan(self, round_index: int) -> Any:
+        """The mechanism's plan for a round (ULDP's user sample), from OS entropy in secure mode."""
+        return self.mechanism.round_plan(self.plan_rng, round_index=round_index)
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:

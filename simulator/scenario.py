@@ -259,6 +259,8 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
     if data.users is not None and data.partition not in ("iid", "natural"):
         raise ScenarioError("data.partition", data.partition, "with data.users the silos come from the user allocation; use iid (the default) or natural")
+    if data.users is not None and info.train_records is not None and data.users.count > info.train_records:
+        raise ScenarioError("data.users.count", data.users.count, f"must not exceed the {info.train_records} training records of '{data.dataset}'")
     mechanism = mechanism_class(scenario.mechanism.name)
     if mechanism.needs_users and data.users is None:
         raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")

@@ -1,4 +1,5 @@
-"""Secure mode (``secure_rng: true``): a silo's torch generator keyed from the operating system's CSPRNG.
+"""Secure mode (``secure_rng: true``): a silo's torch generator keyed from the operating system's CSPRNG, and a
+numpy generator keyed the same way for the server's secret draws (ULDP's user sample).
 
 A torch CPU generator is a Mersenne Twister (MT19937) whose ``manual_seed`` keeps only the low 32 bits of the
 seed, so a seeded generator can be replayed from the seed and, even with the seed secret, by trying all 2^32
@@ -65,4 +66,11 @@ def reseed_from_os_entropy(generator: torch.Generator) -> None:
         raise RuntimeError("secure_rng: torch did not accept the generator state; refusing to train")
 
 
-__all__ = ["reseed_from_os_entropy"]
+def os_entropy_generator() -> np.random.Generator:
+    """A numpy generator (PCG64) keyed with 256 bits from ``os.urandom``, never recorded: what the server draws
+    in secure mode where whoever knows the seed must not learn the draw (ULDP's user sample, which amplifies
+    only against a party who does not know it)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int.from_bytes(os.urandom(32), "little"))))
+
+
+__all__ = ["os_entropy_generator", "reseed_from_os_entropy"]

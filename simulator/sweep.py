@@ -11,8 +11,9 @@ A grid file names a base scenario (a path relative to the grid file), the seeds 
 
 Each axis maps a dotted scenario key to ``{label: value}``; the value replaces the key in the base scenario
 (after the ``--set`` overrides). Every combination is validated before the first run, all runs share one Ray
-session, and the output directory (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP
-grids, ``epsilon_curve.png`` and ``budget_vs_spent.png``) is written atomically. Finished runs are journaled
+session, and the output directory (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png``, for rPDP
+grids ``epsilon_curve.png`` and ``budget_vs_spent.png``, and the plots of the base mechanism's
+``sweep_plotter``, e.g. uldp's per-round accuracy and epsilon) is written atomically. Finished runs are journaled
 (:mod:`simulator.sweep_journal`), so an interrupted sweep resumes when run again.
 """
 from __future__ import annotations
@@ -77,6 +78,8 @@ class SweepRun:
     epsilon: float | None
     max_spent_over_budget: float | None
     seconds: float
+    accuracy_per_round: tuple[float, ...] = ()  # for the mechanism's own plots (journaled, not in runs.csv)
+    epsilon_per_round: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
     For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the
-    label and per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``.
+    label and per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the
+    base mechanism's ``sweep_plotter`` draws.
     """
     from simulator.reports import atomic_directory
     from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
@@ -237,6 +241,9 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
         if rpdp_records is not None:
             label, records = rpdp_records
             plot_budget_vs_spent(records, run=label, path=staging / "budget_vs_spent.png")
+        plotter = mechanism_class(base.mechanism.name).sweep_plotter()
+        if plotter is not None:
+            plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
 
 
 def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
@@ -249,6 +256,8 @@ def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
         epsilon=privacy.get("epsilon"),
         max_spent_over_budget=privacy.get("max_spent_over_budget"),
         seconds=float(result.timing["total_seconds"]),
+        accuracy_per_round=tuple(float(r.report.accuracy) for r in result.rounds),
+        epsilon_per_round=tuple(r.epsilon for r in result.rounds),
     )
 
 

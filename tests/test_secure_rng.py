@@ -132,3 +132,35 @@ def test_nothing_derived_from_the_secure_state_is_written(two_secure_runs):
     assert [{k: v for k, v in r.items() if k not in scores} for r in rows_a] == [
         {k: v for k, v in r.items() if k not in scores} for r in rows_b
     ]
+
+
+def _uldp_server(*, secure_rng: bool):
+    """A ServerActor object (its class, run in this process, no Ray) of a ULDP scenario with user sampling."""
+    from simulator.actors import ServerActor
+    from simulator.scenario import validate_scenario
+
+    scenario = validate_scenario({
+        **small_scenario(
+            data={"dataset": "digits", "partition": "iid", "silos": 2, "users": {"count": 400}},
+            mechanism={"name": "uldp", "variant": "naive", "user_rate": 0.5},
+        ),
+        "secure_rng": secure_rng,
+    })
+    threads = torch.get_num_threads()
+    try:
+        return ServerActor(scenario=scenario, silos=[None, None], test_features=np.zeros((1, 1, 8, 8), np.float32),
+                           test_labels=np.zeros(1, np.int64), initial_state=(np.zeros(650),), feature_shape=(1, 8, 8),
+                           num_classes=10, seed=_seeds(0, 2)["server"])
+    finally:
+        torch.set_num_threads(threads)  # the actor limits its process's threads; this process is the test's
+
+
+def test_secure_rng_draws_the_servers_user_sample_from_os_entropy():
+    """ULDP's user sample (the round plan) amplifies only against whoever does not know it: in secure mode it must
+    not follow from the seed. Two seeded servers draw the same sample; two secure ones (same seed) draw
+    different samples, none equal to the seeded one (400 users at q = 0.5: a chance match has probability 2^-400)."""
+    seeded = [_uldp_server(secure_rng=False).round_plan(0).sampled for _ in range(2)]
+    secure = [_uldp_server(secure_rng=True).round_plan(0).sampled for _ in range(2)]
+    assert np.array_equal(*seeded)
+    assert not np.array_equal(*secure)
+    assert not any(np.array_equal(s, seeded[0]) for s in secure)

@@ -73,6 +73,7 @@ def test_group_safe_mode_uses_only_orders_prop_2_allows() -> None:
     value = epsilon(variant="group", group_k=32, **FIGURE_2)
     assert value <= by_hand * (1 + 1e-9)
     assert value == pytest.approx(by_hand, rel=1e-3)
+    assert value == pytest.approx(3266.97, rel=1e-5)  # the README's figure; its optimum is beta = 2, Prop. 2's limit
     assert value > epsilon(variant="group", group_k=32, group_rounding="paper", **FIGURE_2)
 
 

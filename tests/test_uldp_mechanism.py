@@ -198,6 +198,37 @@ def test_group_silo_trains_on_the_kept_records_only() -> None:
     assert contribution.events[0].group_k == k and contribution.events[0].steps == 3
 
 
+def test_group_silo_that_keeps_no_record_still_uploads_its_dp_sgd_noise() -> None:
+    """With k = 1 user 0 keeps one record in silo 0 (silos are taken in turn), so silo 1 keeps none. It must still
+    run its noisy DP-SGD steps: an upload without noise would tell whether its users' records were kept. Its
+    upload is then -lr / batch_size times the sum of ``local_steps`` N(0, (sigma C)^2) draws: chi-square test over
+    300 rounds, two-sided false failure 1e-6."""
+    sigma, clip, steps, lr, batch = 2.0, 0.5, 3, 0.5, 8
+    features = np.random.default_rng(0).normal(size=(6, FEATURES))
+    labels = np.array([0, 1, 0, 1, 1, 0])
+    user_ids = np.array([0, 0, 1, 1, 0, 0])
+    silo_of = np.array([0, 0, 0, 0, 1, 1])
+    histogram = np.array([[2, 2], [2, 0]])
+    torch.manual_seed(0)
+    model = build_model("logistic_regression", feature_shape=(FEATURES,), num_classes=2).double()
+    idx = np.flatnonzero(silo_of == 1)
+    context = SiloContext(
+        silo_id=1, record_ids=idx, features=torch.tensor(features[idx]), labels=torch.tensor(labels[idx]),
+        model=model, training=LocalTraining(local_steps=steps, batch_size=batch, lr=lr, rounds=1, client_rate=1.0),
+        generator=torch.Generator().manual_seed(3), device=torch.device("cpu"), user_ids=user_ids[idx], user_histogram=histogram,
+    )
+    silo = build_silo(context, UldpParams(variant="group", group_k=1, noise_multiplier=sigma, max_grad_norm=clip))
+    assert silo.kept.size == 0
+    start = model_to_vector(model)
+    rounds = [silo.contribute((start,), round_index=r) for r in range(300)]
+    assert {c.events[0].steps for c in rounds} == {steps}
+    assert {c.events[0].sampling_rate for c in rounds} == {0.0}  # no record to sample: no record-level loss
+    uploads = np.concatenate([c.vector for c in rounds])
+    std = lr / batch * sigma * clip * np.sqrt(steps)
+    statistic = float(np.sum((uploads / std) ** 2))
+    assert stats.chi2.ppf(5e-7, uploads.size) < statistic < stats.chi2.ppf(1 - 5e-7, uploads.size)
+
+
 @pytest.mark.parametrize(
     ("mechanism", "field"),
     [

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
+from simulator.data import DATASETS, load_dataset
 from simulator.data.users import SILOS_EXPONENT, allocate_users, users_generator
 from simulator.engine import Federation
-from simulator.errors import ScenarioError
+from simulator.errors import DataUnavailableError, ScenarioError
 from simulator.scenario import validate_scenario
 from tests.conftest import small_scenario
 
@@ -110,3 +111,56 @@ def test_more_users_than_records_exits_2_before_starting_ray(tmp_path, capsys) -
     err_text = capsys.readouterr().err.strip().splitlines()
     assert len(err_text) == 1 and "data.users.count" in err_text[0]
     assert not (tmp_path / "out").exists()
+
+
+def _uldp_heart_disease(heart_disease_dir, *, users: dict | None = None, silos: int = 4, **mechanism) -> dict:
+    return small_scenario(
+        data={"dataset": "heart_disease", "partition": "natural", "silos": silos, "path": str(heart_disease_dir),
+              "users": users or {"count": 50, "records": "zipf", "silos": "zipf"}},
+        mechanism={"name": "uldp", "variant": "naive", **mechanism},
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"users": {"count": 487}}, "data.users.count"),  # heart_disease has 486 training records
+        ({"silos": 5}, "data.silos"),  # its natural partition has 4 hospitals
+        ({"user_rate": 0.0}, "mechanism.user_rate"),
+        ({"user_rate": 1.5}, "mechanism.user_rate"),
+        ({"max_grad_norm": 0.0}, "mechanism.max_grad_norm"),
+        ({"noise_multiplier": -1.0}, "mechanism.noise_multiplier"),
+        ({"variant": "group", "group_k": 0}, "mechanism.group_k"),
+    ],
+)
+def test_privsilo_validate_exits_2_naming_the_field(heart_disease_dir, tmp_path, capsys, change: dict, field: str) -> None:
+    scenario = _uldp_heart_disease(heart_disease_dir, **change)
+    path = tmp_path / "scenario.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(scenario))
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], lines
+
+
+def test_users_count_up_to_the_records_is_valid_and_one_more_is_not_even_in_a_grid(heart_disease_dir, tmp_path, capsys) -> None:
+    import yaml
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_uldp_heart_disease(heart_disease_dir, users={"count": 486})))
+    assert main(["validate", str(tmp_path / "base.yaml")]) == 0
+    grid = {"name": "g", "base": "base.yaml", "seeds": [0], "axes": {"data.users.count": {"ok": 50, "too_many": 487}}}
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    assert main(["validate", str(tmp_path / "grid.yaml")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "data.users.count" in lines[0] and "487" in lines[0], lines
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_training_record_counts_known_without_loading_are_the_loaders(name: str, request) -> None:
+    path = str(request.getfixturevalue("heart_disease_dir")) if name == "heart_disease" else None
+    try:
+        dataset = load_dataset(name, path=path)
+    except DataUnavailableError:
+        pytest.skip(f"{name} is not available here")
+    assert DATASETS[name].train_records == len(dataset.y_train)

@@ -20,7 +20,7 @@ For ``naive``, an unsampled user's records are left out of the round's local tra
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -92,9 +92,15 @@ class Uldp(Mechanism):
         if self.params.variant == "group":
             public.append(
                 "the records each silo keeps under the k-per-user limit (they set the silo's record sampling rate "
-                "batch_size / kept; a silo that keeps none uploads no noise)"
+                "batch_size / kept; a silo that keeps none still uploads its noisy steps)"
             )
         return tuple(public)
+
+    @classmethod
+    def sweep_plotter(cls) -> Callable[..., None]:
+        from mechanisms.uldp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
+
+        return plot_sweep
 
 
 def plan_mask(plan: Any, num_users: int) -> np.ndarray:

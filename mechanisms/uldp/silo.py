@@ -116,20 +116,20 @@ class GroupSilo(_UldpSilo):
         self.kept = kept
         index = torch.as_tensor(kept, device=context.device)
         self.local = dataclasses.replace(context, features=context.features[index], labels=context.labels[index])
+        # A silo that keeps no record has none to sample (rate 0: no record-level loss) but still takes its noisy
+        # steps, so its upload does not tell whether its users' records were kept elsewhere.
         self.rate = min(1.0, context.training.batch_size / len(kept)) if len(kept) else 0.0
 
     def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
         plan_mask(plan, self.num_users)  # group has no user sampling: only None passes for all users
         (start,) = state
         ctx, params = self.local, self.params
-        steps = ctx.training.local_steps if len(self.kept) else 0
         load_vector_into_model(ctx.model, start)
         ctx.model.train()
-        if steps:
-            noisy_local_training(ctx, rates=self.rate, noise_multiplier=params.noise_multiplier,
-                                 max_grad_norm=params.max_grad_norm, divisor=float(ctx.training.batch_size))
+        noisy_local_training(ctx, rates=self.rate, noise_multiplier=params.noise_multiplier,
+                             max_grad_norm=params.max_grad_norm, divisor=float(ctx.training.batch_size))
         event = GroupDpSgdEvent(round_index=round_index, sampling_rate=self.rate, noise_multiplier=params.noise_multiplier,
-                                steps=steps, group_k=self.group_k)
+                                steps=ctx.training.local_steps, group_k=self.group_k)
         return SiloContribution(vector=model_to_vector(ctx.model) - start, events=(event,))
 
 

