@@ -430,12 +430,15 @@ class PwpSilo(SiloProtocol):
         )
 
     def _offset_exponents(self, deltas: np.ndarray) -> np.ndarray:
-        """``e + 2^b`` with ``e = trunc(Delta 2^f)`` (shared codec; never lengthens a clipped delta): all in ``[1, 2^(b+1))``."""
-        encoded = self.config.codec.to_integers(deltas, toward_zero=True)
-        bits = self.config.delta_bits
-        if encoded.size and int(np.abs(encoded).max()) >= 1 << bits:
-            raise ValueError(f"a user delta exceeds the clipping norm {self.config.max_abs_delta} (|e| >= 2^{bits})")
-        return encoded + (1 << bits)
+        """``e + 2^b`` with ``e = trunc(Delta 2^f)`` (shared codec; never lengthens a clipped delta): all in ``[1, 2^(b+1))``.
+
+        Refuses a delta whose L2 norm exceeds the clipping norm C (up to float rounding of the clipping, 2^-40
+        relative): the sensitivity, and the exponent tables' range, rest on it."""
+        norms = np.linalg.norm(deltas, axis=1) if deltas.size else np.zeros(0)
+        limit = self.config.max_abs_delta * (1 + 2.0**-40)
+        if norms.size and float(norms.max()) > limit:
+            raise ValueError(f"a user delta has L2 norm {float(norms.max()):.6g}, beyond the clipping norm {self.config.max_abs_delta}")
+        return self.config.codec.to_integers(deltas, toward_zero=True) + (1 << self.config.delta_bits)
 
     def _weighted_ciphertexts(self, users: list[int], exponents: np.ndarray) -> list[mpz]:
         """Per ciphertext, ``Enc(sum_k sum_u w_u e_{u,j_k} 2^(k L))``: table look-ups per slot, Horner over slots,

@@ -4,7 +4,7 @@ scenario validation can check them cheaply).
 Numbers (Kato et al., VLDB 2024, Protocol 1 and Algorithm 5, as changed by :mod:`protocols.private_weighting`):
 
 * ``C_LCM = lcm(1, ..., N_max)``: ``C_LCM n_{s,u} / N_u`` is an integer for every ``N_u <= N_max``. It has about
-  ``1.44 N_max`` bits (2,885 at ``N_max = 2000``).
+  ``1.44 N_max`` bits (2,878 at ``N_max = 2000``).
 * Set-up converts each silo's encrypted ``C_LCM n_{s,u} / N_u`` into a fixed-point weight with ``F =
   WEIGHT_FRACTIONAL_BITS`` bits under an additive mask of ``bits(C_LCM) + KAPPA`` bits (statistical hiding
   ``2^-KAPPA``). The masked value must stay below the modulus: **headroom** ``bits(C_LCM) + KAPPA + 2 <= key
