@@ -279,6 +279,7 @@ class PwpSilo(SiloProtocol):
         self._tables: Mapping[int, WindowTable] = MappingProxyType({})
         self._weights: Mapping[int, mpz] = MappingProxyType({})
         self._last_round: int | None = None
+        self._corrections: tuple[tuple[int, ...] | None, Mapping[int, mpz]] = (None, MappingProxyType({}))
 
     @property
     def who(self) -> str:
@@ -465,18 +466,29 @@ class PwpSilo(SiloProtocol):
                         slot = slot * powers[digit] % modulus
                 accumulator = slot if accumulator is None else gmpy2.powmod(accumulator, shift, modulus) * slot % modulus
             ciphertexts.append(accumulator)
+        inverses = self._offset_corrections(users)
+        return [ct * inverses[min(layout.slots, length - c * layout.slots)] % modulus for c, ct in enumerate(ciphertexts)]
+
+    def _offset_corrections(self, users: list[int]) -> Mapping[int, mpz]:
+        """By number of slots m: ``Enc(2^b sum_u w_u sum_{k<m} 2^(k L))^-1``, which removes the exponents' offset
+        from a ciphertext of m slots. Kept for the last set of users (every round when all users take part)."""
+        key = tuple(users)
+        if self._corrections[0] == key:
+            return self._corrections[1]
+        layout, length, modulus = self.config.layout, self.config.length, self._public.n_square
         offset = mpz(1)
         for user in users:
             offset = offset * self._weights[user] % modulus
         offset = gmpy2.powmod(offset, mpz(1) << self.config.delta_bits, modulus)
         corrections, running = {}, None
-        sizes = {min(layout.slots, length - c * layout.slots) for c in range(count)}
+        sizes = {min(layout.slots, length - c * layout.slots) for c in range(layout.ciphertexts(length))}
         for slots in range(1, max(sizes) + 1):
-            running = offset if running is None else gmpy2.powmod(running, shift, modulus) * offset % modulus
+            running = offset if running is None else gmpy2.powmod(running, mpz(1) << layout.slot_bits, modulus) * offset % modulus
             if slots in sizes:
                 corrections[slots] = running
-        inverses = dict(zip(corrections, batch_invert(list(corrections.values()), modulus)))
-        return [ct * inverses[min(layout.slots, length - c * layout.slots)] % modulus for c, ct in enumerate(ciphertexts)]
+        inverses = MappingProxyType(dict(zip(corrections, batch_invert(list(corrections.values()), modulus))))
+        self._corrections = (key, inverses)
+        return inverses
 
     def _mask(self, ciphertexts: list[mpz], *, round_index: int, peers: list[int]) -> None:
         """Multiply by ``prod_{peer > s} R - prod_{peer < s} R^-1`` (R pseudorandom in ``Z_{n^2}^*`` per pair, round

@@ -61,10 +61,12 @@ def conversion_bits(max_records_per_user: int) -> int:
 
 def largest_max_records(key_bits: int) -> int:
     """The largest ``N_max`` whose conversion fits a ``key_bits`` modulus (0 if none)."""
-    n_max = 0
-    while conversion_bits(n_max + 1) <= key_bits:
+    n_max, running = 0, 1
+    while True:
+        running = math.lcm(running, n_max + 1)
+        if running.bit_length() + KAPPA + 2 > key_bits:
+            return n_max
         n_max += 1
-    return n_max
 
 
 @dataclass(frozen=True)

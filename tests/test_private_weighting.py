@@ -16,7 +16,7 @@ from protocols.base import ProtocolStateError
 from protocols.crypto_random import seeded_for_tests
 from protocols.fixed_point import EncodingOverflowError
 from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting import PwpConfig, PwpServer, PwpSilo, PwpStage
+from protocols.private_weighting import PwpConfig, PwpServer, PwpSilo, PwpStage, encode_noise
 from protocols.private_weighting_layout import (
     WEIGHT_FRACTIONAL_BITS,
     HeadroomError,
@@ -296,3 +296,19 @@ def test_weight_conversion_keeps_each_users_weights_summing_to_at_most_one() -> 
         exact = [HISTOGRAM[s, user] / totals[user] * cfg.weight_scale for s in silos if HISTOGRAM[s, user]]
         assert sum(weights) <= 2**WEIGHT_FRACTIONAL_BITS
         assert all(0 <= w - np.floor(x) <= 1 for w, x in zip(weights, exact))
+
+
+def test_the_noise_covers_every_digit_below_the_weighted_deltas_grid() -> None:
+    """The paper adds Encode(z) C_LCM, a multiple of C_LCM, to a sum of multiples of C_LCM / N_u: the decrypted
+    value modulo C_LCM is the un-noised weighted sum's fractional part. Here the noise is encoded on the grid of
+    the weighted deltas, 2^-(F+f) (and dithered where a float has fewer bits), so its low 32 bits, which the
+    paper's encoding leaves at 0, are uniform."""
+    cfg = config()
+    noise = np.random.default_rng(4).normal(scale=3.0, size=2000)
+    noise[:1000] *= 2.0**30  # |z 2^(F+f)| ~ 2^87: the float's last bit is 2^35, above the grid; the dither fills in
+    encoded = encode_noise(noise, codec=cfg.codec, extra_bits=WEIGHT_FRACTIONAL_BITS, random=seeded_for_tests(4))
+    scaled = np.ldexp(noise, cfg.grid_bits)
+    assert all(abs(e - int(x)) <= max(1.0, np.spacing(abs(x))) for e, x in zip(encoded, scaled))
+    low_bits = [e % 2**WEIGHT_FRACTIONAL_BITS / 2**WEIGHT_FRACTIONAL_BITS for e in encoded]
+    assert stats.kstest(low_bits[:1000], "uniform").pvalue > 1e-3  # dithered
+    assert stats.kstest(low_bits[1000:], "uniform").pvalue > 1e-3  # the float's own low bits
