@@ -145,7 +145,9 @@ class SiloActor:
             # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
             # draw (sampling, noise) comes from OS entropy that is never recorded.
             reseed_from_os_entropy(context.generator)
-        self.protocol = _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
+        self.protocol = mechanism.silo_protocol(
+            context, fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants
+        ) or _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
 
     def info(self) -> SiloInfo:
         if self.refusal is not None:
@@ -166,15 +168,16 @@ class SiloActor:
 
     def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
         contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
+        started = time.perf_counter()
         payload = self.protocol.protect(
-            contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants
+            contribution.payload(), round_index=broadcast.round_index, participants=broadcast.participants
         )
         return SiloUpdate(
             sender=self.silo_id,
             round_index=broadcast.round_index,
             payload=payload,
             events=contribution.events,
-            metrics=dict(contribution.metrics),
+            metrics={**contribution.metrics, "protocol_seconds": time.perf_counter() - started},
         )
 
 
@@ -202,19 +205,27 @@ class ServerActor:
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
-        users = scenario.data.users
-        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
-            num_silos=len(silos), num_users=None if users is None else users.count
-        )
-        self.protocol = _server_protocol(scenario.protocol, num_silos=len(silos))
+        num_users = None if scenario.data.users is None else scenario.data.users.count
+        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        self.mechanism = mechanism.server_for(num_silos=len(silos), num_users=num_users)
+        self.protocol = mechanism.server_protocol(
+            num_silos=len(silos), num_users=num_users, length=self.state[0].size,
+            fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
+        ) or _server_protocol(scenario.protocol, num_silos=len(silos))
         self.inbox: dict[int, Any] = {}
 
-    def setup(self) -> None:
-        """Run the protocol's set-up stages, relaying every message through this server."""
+    def setup(self) -> dict[str, float]:
+        """Run the protocol's set-up stages, relaying every message through this server; return the seconds spent
+        waiting for the silos' replies and relaying them."""
         inbound: dict[int, Any] = {}
+        silo_seconds = server_seconds = 0.0
         for stage in self.protocol.setup_stages:
+            started = time.perf_counter()
             replies = ray.get([silo.setup_reply.remote(stage, inbound.get(i)) for i, silo in enumerate(self.silos)])
+            replied = time.perf_counter()
             inbound = dict(self.protocol.relay(stage, dict(enumerate(replies))))
+            silo_seconds, server_seconds = silo_seconds + replied - started, server_seconds + time.perf_counter() - replied
+        return {"protocol_setup_silo_seconds": silo_seconds, "protocol_setup_server_seconds": server_seconds}
 
     def run_round(self, round_index: int) -> RoundReport:
         """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates."""
@@ -224,13 +235,16 @@ class ServerActor:
         )
         updates: list[SiloUpdate] = []
         self.inbox = {}
+        combine_seconds = 0.0
         if participants:
             plan = self.mechanism.round_plan(self.rng, round_index=round_index)
             # Stored once in the object store; every participant reads the same copy.
             broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
             updates = _get_all([self.silos[i].train.remote(broadcast) for i in participants])
             self.inbox = {u.sender: u.payload for u in updates}
+            combining = time.perf_counter()
             total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
+            combine_seconds = time.perf_counter() - combining
             self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
@@ -242,6 +256,7 @@ class ServerActor:
             events={u.sender: u.events for u in updates},
             train_loss=float(np.mean(train_losses)) if train_losses else float("nan"),
             seconds=time.perf_counter() - start,
+            protocol_seconds={"silo": max((u.metrics["protocol_seconds"] for u in updates), default=0.0), "server": combine_seconds},
         )
 
     @torch.no_grad()

@@ -179,6 +179,7 @@ class Federation:
         self.scenario = resolve_scenario(scenario)
         self._stack = ExitStack()
         self.timing: dict[str, float] = {}
+        self.protocol_timing: dict[str, float] = {}  # parts of setup_seconds: the protocol's set-up, silo and server side
         self.users: UserAllocation | None = None
 
     def __enter__(self) -> "Federation":
@@ -236,7 +237,7 @@ class Federation:
         self._stack.callback(ray.kill, self.server)
         self.placement = tuple(_wait_for_actors([s.info.remote() for s in self.silos]))
         _warn_gpu_fallback(self.placement)
-        ray.get(self.server.setup.remote())
+        self.protocol_timing = ray.get(self.server.setup.remote())
         self.timing.update(data_seconds=t_data - t0, setup_seconds=time.perf_counter() - t_data)
 
     def run_round(self, round_index: int) -> RoundReport:
@@ -288,13 +289,13 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
-        startup = dict(federation.timing)
+        startup, protocol_setup = dict(federation.timing), dict(federation.protocol_timing)
     privacy = accountant.report()
     return RunResult(
         scenario=scenario,
         rounds=tuple(records),
         privacy=privacy,
-        timing=_timing(startup, records, total_seconds=time.perf_counter() - t0),
+        timing={**_timing(startup, records, total_seconds=time.perf_counter() - t0), **_protocol_timing(protocol_setup, records)},
         placement=placement,
         model_state=model_state,
         users=users,
@@ -316,6 +317,18 @@ def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, tot
         "seconds_per_round": rounds / len(records),
         "other_seconds": total_seconds - sum(startup.values()) - rounds,
         "total_seconds": total_seconds,
+    }
+
+
+def _protocol_timing(setup: Mapping[str, float], records: Sequence[RoundRecord]) -> dict[str, float]:
+    """The aggregation protocol's share of the run (not extra to the totals of ``_timing``): its set-up seconds
+    (part of ``setup_seconds``) and its mean seconds per round that ran (part of ``training_seconds``), silo side
+    (the slowest participant) and server side."""
+    ran = [r.report.protocol_seconds for r in records if not r.report.skipped]
+    return {
+        **setup,
+        "protocol_round_silo_seconds": float(np.mean([p.get("silo", 0.0) for p in ran])) if ran else 0.0,
+        "protocol_round_server_seconds": float(np.mean([p.get("server", 0.0) for p in ran])) if ran else 0.0,
     }
 
 
