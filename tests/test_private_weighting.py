@@ -16,7 +16,9 @@ from protocols.base import ProtocolStateError
 from protocols.crypto_random import seeded_for_tests
 from protocols.fixed_point import EncodingOverflowError
 from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting import PwpConfig, PwpServer, PwpSilo, PwpStage, encode_noise
+from protocols.private_weighting import PwpConfig, PwpStage, encode_noise
+from protocols.private_weighting_server import PwpServer
+from protocols.private_weighting_silo import PwpSilo
 from protocols.private_weighting_layout import (
     WEIGHT_FRACTIONAL_BITS,
     HeadroomError,

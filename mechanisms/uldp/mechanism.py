@@ -83,7 +83,7 @@ class Uldp(Mechanism):
         """``weighting: private``: the private weighting protocol (Paillier), given this silo's own counts only."""
         if self.params.weighting != "private":
             return None
-        from protocols.private_weighting import PwpSilo
+        from protocols.private_weighting_silo import PwpSilo
 
         histogram = np.asarray(context.user_histogram)
         length = sum(p.numel() for p in context.model.parameters())
@@ -96,7 +96,7 @@ class Uldp(Mechanism):
     ) -> ServerProtocol | None:
         if self.params.weighting != "private":
             return None
-        from protocols.private_weighting import PwpServer
+        from protocols.private_weighting_server import PwpServer
 
         if num_users is None:
             raise ValueError("uldp needs data.users")
