@@ -29,6 +29,8 @@ from mechanisms.events import PrivacyEvent
 if TYPE_CHECKING:
     import torch
 
+    from protocols.base import ServerProtocol, SiloProtocol
+
 GlobalState = tuple[np.ndarray, ...]
 
 
@@ -76,11 +78,17 @@ class SiloContext:
 
 @dataclass(frozen=True)
 class SiloContribution:
-    """What one silo hands to the aggregation protocol in one round."""
+    """What one silo hands to the aggregation protocol in one round: ``vector``, or, for a mechanism that brings
+    its own protocol (see ``Mechanism.silo_protocol``), ``protocol_input`` (then ``vector`` is None)."""
 
-    vector: np.ndarray
+    vector: np.ndarray | None
     events: tuple[PrivacyEvent, ...] = ()
     metrics: Mapping[str, float] = field(default_factory=dict)
+    protocol_input: Any = None
+
+    def payload(self) -> Any:
+        """What the silo's protocol protects: ``protocol_input`` if set, else ``vector``."""
+        return self.vector if self.protocol_input is None else self.protocol_input
 
 
 class SiloMechanism(ABC):
@@ -174,6 +182,17 @@ class Mechanism(ABC):
         """The server-side object given the federation's public sizes (``num_users``: ``data.users.count`` or
         None); mechanisms that need neither keep this default."""
         return self.server()
+
+    def silo_protocol(self, context: SiloContext, *, fractional_bits: int, min_participants: int) -> SiloProtocol | None:
+        """The silo side of an aggregation protocol this mechanism brings itself (e.g. ULDP's private weighting),
+        or None for the scenario's (plain sum or secure aggregation)."""
+        return None
+
+    def server_protocol(
+        self, *, num_silos: int, num_users: int | None, length: int, fractional_bits: int, min_participants: int
+    ) -> ServerProtocol | None:
+        """The server side of the protocol ``silo_protocol`` brings (``length``: the model's size), or None."""
+        return None
 
     def accountant(self) -> PrivacyAccountant:
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""

@@ -129,11 +129,22 @@ class FixedPointCodec:
 
         Raises ``EncodingOverflowError`` if some ``|round(x * 2^f)| > B`` (checked exactly) or ``x`` is not finite.
         """
+        return self.to_integers(x).view(np.uint64) & self._residue_mask
+
+    def to_integers(self, x: np.ndarray, *, toward_zero: bool = False) -> np.ndarray:
+        """Return the signed integers ``round(x * 2^f)`` as ``int64`` (the values ``encode`` stores as residues),
+        range-checked like ``encode``.
+
+        ``toward_zero=True`` truncates instead of rounding to nearest: then ``|r| * 2^-f <= |x|`` for every entry,
+        so the encoding never lengthens a vector (a clipped vector stays clipped), at an error below ``2^-f``
+        instead of ``2^-(f+1)`` per value (used by the Paillier weighting protocol, whose per-user deltas are
+        encoded before the noise is added).
+        """
         values = np.asarray(x, dtype=np.float64)
         if values.size:
             self._check_range(values)
-        scaled = np.rint(np.ldexp(values, self.fractional_bits))
-        return scaled.astype(np.int64).view(np.uint64) & self._residue_mask
+        scaled = np.ldexp(values, self.fractional_bits)
+        return (np.trunc(scaled) if toward_zero else np.rint(scaled)).astype(np.int64)
 
     def _check_range(self, values: np.ndarray) -> None:
         largest = float(np.max(np.abs(values)))

@@ -141,6 +141,44 @@ def mask_stream(pairwise_key: bytes, *, round_index: int, length: int) -> np.nda
     return np.frombuffer(keystream, dtype="<u8").astype(np.uint64, copy=False)
 
 
+def derive_pairwise_keys(
+    *, private_key: X25519PrivateKey, directory: KeyDirectory, own_id: int
+) -> Mapping[int, bytes]:
+    """Every pairwise key of silo ``own_id`` (see :func:`derive_pairwise_key`), by peer id, read-only.
+
+    Raises ``ProtocolStateError`` if the directory does not hold this silo's own public key (a relay error).
+    """
+    own_public = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    if directory.public_keys.get(own_id) != own_public:
+        raise ProtocolStateError(f"silo {own_id}: the key directory does not hold this silo's public key")
+    return MappingProxyType(
+        {
+            peer_id: derive_pairwise_key(private_key=private_key, peer_public_key=peer_key, own_id=own_id, peer_id=peer_id)
+            for peer_id, peer_key in directory.public_keys.items()
+            if peer_id != own_id
+        }
+    )
+
+
+def build_key_directory(inbound: Mapping[int, object]) -> KeyDirectory:
+    """The server's ``KeyDirectory`` from every silo's ``KeyAdvertisement`` (checked: each silo advertised its
+    own valid X25519 key, no two silos the same one, at least one silo)."""
+    for silo_id, advertisement in inbound.items():
+        if not isinstance(advertisement, KeyAdvertisement) or advertisement.sender != silo_id:
+            raise ProtocolStateError(f"server: silo {silo_id} did not advertise its own key: {advertisement!r}")
+        _check_silo_id(silo_id)
+        try:
+            X25519PublicKey.from_public_bytes(advertisement.public_key)
+        except (TypeError, ValueError) as error:
+            raise ProtocolStateError(f"server: silo {silo_id} advertised an invalid X25519 key") from error
+    public_keys = {silo_id: advertisement.public_key for silo_id, advertisement in inbound.items()}
+    if len(set(public_keys.values())) != len(public_keys):
+        raise ProtocolStateError("server: two silos advertised the same public key")
+    if not public_keys:
+        raise ProtocolStateError("server: no silo advertised a key")
+    return KeyDirectory(public_keys=public_keys)
+
+
 def _check_silo_id(silo_id: int) -> None:
     if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < 2**63:
         raise ValueError(f"silo ids must be non-negative ints below 2^63, got {silo_id!r}")
@@ -209,17 +247,7 @@ class SecAggSilo(SiloProtocol):
             raise ProtocolStateError(
                 f"silo {self.silo_id}: AGREE_KEYS needs a KeyDirectory, got {type(inbound).__name__}"
             )
-        if inbound.public_keys.get(self.silo_id) != self._public_key:
-            raise ProtocolStateError(f"silo {self.silo_id}: the key directory does not hold this silo's public key")
-        self._pairwise_keys = MappingProxyType(
-            {
-                peer_id: derive_pairwise_key(
-                    private_key=self._private_key, peer_public_key=peer_key, own_id=self.silo_id, peer_id=peer_id
-                )
-                for peer_id, peer_key in inbound.public_keys.items()
-                if peer_id != self.silo_id
-            }
-        )
+        self._pairwise_keys = derive_pairwise_keys(private_key=self._private_key, directory=inbound, own_id=self.silo_id)
         self._private_key = None
         self._next_stage = None
         return KeyAgreementDone(sender=self.silo_id)
@@ -285,7 +313,7 @@ class SecAggServer(ServerProtocol):
         if stage is not self._next_stage:
             raise ProtocolStateError(f"server: got setup stage {stage!r}, expected {self._next_stage!r}")
         if stage is SecAggStage.ADVERTISE_KEYS:
-            self._directory = self._build_directory(inbound)
+            self._directory = build_key_directory(inbound)
             self._next_stage = SecAggStage.AGREE_KEYS
             return {silo_id: self._directory for silo_id in self._directory.public_keys}
         if inbound.keys() != self._directory.public_keys.keys():
@@ -297,23 +325,6 @@ class SecAggServer(ServerProtocol):
                 raise ProtocolStateError(f"server: silo {silo_id} answered AGREE_KEYS with {reply!r}")
         self._next_stage = None
         return {}
-
-    @staticmethod
-    def _build_directory(inbound: Mapping[int, object]) -> KeyDirectory:
-        for silo_id, advertisement in inbound.items():
-            if not isinstance(advertisement, KeyAdvertisement) or advertisement.sender != silo_id:
-                raise ProtocolStateError(f"server: silo {silo_id} did not advertise its own key: {advertisement!r}")
-            _check_silo_id(silo_id)
-            try:
-                X25519PublicKey.from_public_bytes(advertisement.public_key)
-            except (TypeError, ValueError) as error:
-                raise ProtocolStateError(f"server: silo {silo_id} advertised an invalid X25519 key") from error
-        public_keys = {silo_id: advertisement.public_key for silo_id, advertisement in inbound.items()}
-        if len(set(public_keys.values())) != len(public_keys):
-            raise ProtocolStateError("server: two silos advertised the same public key")
-        if not public_keys:
-            raise ProtocolStateError("server: no silo advertised a key")
-        return KeyDirectory(public_keys=public_keys)
 
     def combine(
         self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]

@@ -191,24 +191,32 @@ class ServerActor:
         self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
-        users = scenario.data.users
-        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
-            num_silos=self.num_silos, num_users=None if users is None else users.count
-        )
-        self.protocol = _server_protocol(scenario.protocol, num_silos=self.num_silos)
+        num_users = None if scenario.data.users is None else scenario.data.users.count
+        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        self.mechanism = mechanism.server_for(num_silos=self.num_silos, num_users=num_users)
+        self.protocol = mechanism.server_protocol(
+            num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
+            fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
+        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
         self.inbox: dict[int, Any] = {}
 
-    def setup(self) -> None:
-        """Run the protocol's set-up stages, relaying every message through this server."""
+    def setup(self) -> dict[str, float]:
+        """Run the protocol's set-up stages, relaying every message through this server; return the seconds spent
+        waiting for the silos' replies and relaying them."""
         inbound: dict[int, Any] = {}
+        silo_seconds = server_seconds = 0.0
         for stage in self.protocol.setup_stages:
+            started = time.perf_counter()
             replies: dict[int, Any] = {}
             # Each worker gets only what is addressed to its own silos.
             calls = [worker.setup_reply.remote(stage, {i: inbound[i] for i in hosted if i in inbound})
                      for worker, hosted in zip(self.workers, self.hosted)]
             for worker_replies in ray.get(calls):
                 replies.update(worker_replies)
+            replied = time.perf_counter()
             inbound = dict(self.protocol.relay(stage, dict(sorted(replies.items()))))
+            silo_seconds, server_seconds = silo_seconds + replied - started, server_seconds + time.perf_counter() - replied
+        return {"protocol_setup_silo_seconds": silo_seconds, "protocol_setup_server_seconds": server_seconds}
 
     def run_round(self, round_index: int) -> RoundReport:
         """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates."""
@@ -218,6 +226,7 @@ class ServerActor:
         )
         updates: list[SiloUpdate] = []
         self.inbox = {}
+        combine_seconds = 0.0
         if participants:
             plan = self.round_plan(round_index)
             # Stored once in the object store; every participant reads the same copy.
@@ -229,7 +238,9 @@ class ServerActor:
             # In participant order whatever the packing, so every sum over silos adds in the same order.
             updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
             self.inbox = {u.sender: u.payload for u in updates}
+            combining = time.perf_counter()
             total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
+            combine_seconds = time.perf_counter() - combining
             self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
@@ -241,6 +252,7 @@ class ServerActor:
             events={u.sender: u.events for u in updates},
             train_loss=float(np.mean(train_losses)) if train_losses else float("nan"),
             seconds=time.perf_counter() - start,
+            protocol_seconds={"silo": max((u.metrics["protocol_seconds"] for u in updates), default=0.0), "server": combine_seconds},
         )
 
     def round_plan(self, round_index: int) -> Any:

@@ -191,6 +191,7 @@ class Federation:
         self.scenario = resolve_scenario(scenario)
         self._stack = ExitStack()
         self.timing: dict[str, float] = {}
+        self.protocol_timing: dict[str, float] = {}  # parts of protocol_setup_seconds: the protocol's set-up, silo and server side
         self.users: UserAllocation | None = None
 
     def __enter__(self) -> "Federation":
@@ -253,7 +254,7 @@ class Federation:
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
-        ray.get(self.server.setup.remote())
+        self.protocol_timing = ray.get(self.server.setup.remote())
         t_setup = time.perf_counter()
         self.timing.update(data_seconds=t_data - t0, workers_seconds=t_workers - t_data, protocol_setup_seconds=t_setup - t_workers)
         self.silo_construction_seconds = construction
@@ -329,12 +330,14 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         startup = dict(federation.timing)
         construction = federation.silo_construction_seconds
         packing = federation.packing
+        protocol_setup = dict(federation.protocol_timing)
     privacy = accountant.report()
     return RunResult(
         scenario=scenario,
         rounds=tuple(records),
         privacy=privacy,
-        timing={**_timing(startup, records, total_seconds=time.perf_counter() - t0), "silo_construction_seconds": construction},
+        timing={**_timing(startup, records, total_seconds=time.perf_counter() - t0), "silo_construction_seconds": construction,
+                **_protocol_timing(protocol_setup, records)},
         placement=placement,
         model_state=model_state,
         users=users,
@@ -358,6 +361,18 @@ def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, tot
         "seconds_per_round": rounds / len(records),
         "other_seconds": total_seconds - sum(startup.values()) - rounds,
         "total_seconds": total_seconds,
+    }
+
+
+def _protocol_timing(setup: Mapping[str, float], records: Sequence[RoundRecord]) -> dict[str, float]:
+    """The aggregation protocol's share of the run (not extra to the totals of ``_timing``): its set-up seconds
+    (part of ``protocol_setup_seconds``) and its mean seconds per round that ran (part of ``training_seconds``), silo side
+    (the slowest participant) and server side."""
+    ran = [r.report.protocol_seconds for r in records if not r.report.skipped]
+    return {
+        **setup,
+        "protocol_round_silo_seconds": float(np.mean([p.get("silo", 0.0) for p in ran])) if ran else 0.0,
+        "protocol_round_server_seconds": float(np.mean([p.get("server", 0.0) for p in ran])) if ran else 0.0,
     }
 
 

@@ -71,6 +71,8 @@ class RoundReport:
     events: Mapping[int, tuple[PrivacyEvent, ...]]
     train_loss: float
     seconds: float
+    # seconds of the aggregation protocol: "silo" (the slowest participant's protect), "server" (combine)
+    protocol_seconds: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def skipped(self) -> bool:

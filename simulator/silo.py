@@ -7,6 +7,7 @@ worker with; ``tests/test_packing.py`` walks the object graph to check that.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,16 +86,19 @@ class Silo:
             user_ids=None if spec.user_ids is None else np.array(spec.user_ids),
             user_histogram=user_histogram,
         )
+        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None
         try:
-            self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).silo(context)
+            self.mechanism = mechanism.silo(context)
         except PrivacyBudgetError as exc:
             self.refusal = exc
         if scenario.secure_rng:
             # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
             # draw (sampling, noise) comes from OS entropy that is never recorded.
             reseed_from_os_entropy(context.generator)
-        self.protocol = silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
+        self.protocol = mechanism.silo_protocol(
+            context, fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants
+        ) or silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
 
     def setup_events(self) -> tuple[PrivacyEvent, ...]:
         if self.refusal is not None:
@@ -103,11 +107,12 @@ class Silo:
 
     def train(self, broadcast: RoundBroadcast) -> SiloUpdate:
         contribution = self.mechanism.contribute_with_plan(broadcast.state, round_index=broadcast.round_index, plan=broadcast.plan)
-        payload = self.protocol.protect(contribution.vector, round_index=broadcast.round_index, participants=broadcast.participants)
+        started = time.perf_counter()
+        payload = self.protocol.protect(contribution.payload(), round_index=broadcast.round_index, participants=broadcast.participants)
         return SiloUpdate(
             sender=self.silo_id,
             round_index=broadcast.round_index,
             payload=payload,
             events=contribution.events,
-            metrics=dict(contribution.metrics),
+            metrics={**contribution.metrics, "protocol_seconds": time.perf_counter() - started},
         )

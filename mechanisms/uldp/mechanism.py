@@ -20,7 +20,7 @@ For ``naive``, an unsampled user's records are left out of the round's local tra
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from mechanisms.base import GlobalState, Mechanism, PrivacyAccountant, ServerMec
 from mechanisms.uldp.variants import Variant
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.weights import UserSample, sample_users
+
+if TYPE_CHECKING:
+    from protocols.base import ServerProtocol, SiloProtocol
 
 PER_USER_VARIANTS = (Variant.AVG, Variant.AVG_W, Variant.SGD)
 
@@ -76,6 +79,39 @@ class Uldp(Mechanism):
             raise ValueError("uldp needs data.users")
         return UldpServer(self.params, num_silos=num_silos, num_users=num_users)
 
+    def silo_protocol(self, context: SiloContext, *, fractional_bits: int, min_participants: int) -> SiloProtocol | None:
+        """``weighting: private``: the private weighting protocol (Paillier), given this silo's own counts only."""
+        if self.params.weighting != "private":
+            return None
+        from protocols.private_weighting_silo import PwpSilo
+
+        histogram = np.asarray(context.user_histogram)
+        length = sum(p.numel() for p in context.model.parameters())
+        config = self._weighting_config(num_silos=histogram.shape[0], num_users=histogram.shape[1], length=length,
+                                        fractional_bits=fractional_bits, min_participants=min_participants)
+        return PwpSilo(context.silo_id, config=config, counts=histogram[context.silo_id])
+
+    def server_protocol(
+        self, *, num_silos: int, num_users: int | None, length: int, fractional_bits: int, min_participants: int
+    ) -> ServerProtocol | None:
+        if self.params.weighting != "private":
+            return None
+        from protocols.private_weighting_server import PwpServer
+
+        if num_users is None:
+            raise ValueError("uldp needs data.users")
+        return PwpServer(config=self._weighting_config(num_silos=num_silos, num_users=num_users, length=length,
+                                                      fractional_bits=fractional_bits, min_participants=min_participants))
+
+    def _weighting_config(self, *, num_silos: int, num_users: int, length: int, fractional_bits: int, min_participants: int):
+        from protocols.private_weighting import PwpConfig
+
+        return PwpConfig(
+            num_users=num_users, num_silos=num_silos, length=int(length), max_abs_delta=self.params.max_grad_norm,
+            fractional_bits=fractional_bits, key_bits=self.params.paillier_key_bits,
+            max_records_per_user=self.params.max_records_per_user, min_participants=min_participants,
+        )
+
     def accountant(self) -> PrivacyAccountant:
         from mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts
 
@@ -93,6 +129,11 @@ class Uldp(Mechanism):
             public.append(
                 "the records each silo keeps under the k-per-user limit (they set the silo's record sampling rate "
                 "batch_size / kept; a silo that keeps none still uploads its noisy steps)"
+            )
+        if self.params.weighting == "private":
+            public.append(
+                "which users have no record in any silo (N_u = 0): the private weighting protocol's server sees "
+                "r_u N_u = 0 for them at set-up (Kato et al.'s Protocol 1 does too)"
             )
         return tuple(public)
 

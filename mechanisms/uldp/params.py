@@ -20,7 +20,9 @@ class UldpParams(MechanismParams):
     group_k: int | str | None = None  # group: a public integer; 'max'/'median' come from the data (paper only)
     naive_noise: Literal["safe", "paper"] = "safe"
     group_rounding: Literal["up", "paper"] = "up"
-    weighting: Literal["plain"] = "plain"
+    weighting: Literal["plain", "private"] = "plain"  # avg_w: weights in the clear, or the private weighting protocol
+    paillier_key_bits: int = Field(default=3072, ge=2048)  # private weighting: the server's Paillier modulus
+    max_records_per_user: int = Field(default=2000, ge=1)  # private weighting: the public bound N_max on any N_u
 
     @field_validator("group_k")
     @classmethod
@@ -45,6 +47,28 @@ class UldpParams(MechanismParams):
                 "group_k: variant 'group' needs a public integer >= 1 (or 'max'/'median' of records per user, the "
                 "paper's choice, taken from the data and therefore reported without an epsilon)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _private_weighting_fits(self) -> "UldpParams":
+        if self.weighting == "private" and self.variant != "avg_w":
+            raise ValueError(
+                f"weighting: 'private' computes AVG-w's weights n_su/N_u; variant '{self.variant}' has none to "
+                "hide: use variant avg_w, or weighting plain"
+            )
+        if self.weighting == "private":
+            from protocols.private_weighting_layout import conversion_bits, largest_max_records
+
+            needed = conversion_bits(self.max_records_per_user)
+            if needed > self.paillier_key_bits:
+                # name the setting the scenario gave (both are named in the message)
+                field = "max_records_per_user" if "max_records_per_user" in self.model_fields_set else "paillier_key_bits"
+                raise ValueError(
+                    f"{field}: lcm(1..{self.max_records_per_user}) plus the 128-bit mask of the weight "
+                    f"conversion needs a Paillier modulus of {needed} bits, more than paillier_key_bits = "
+                    f"{self.paillier_key_bits}: lower max_records_per_user to at most "
+                    f"{largest_max_records(self.paillier_key_bits)} or raise paillier_key_bits to {needed} or more"
+                )
         return self
 
     def needs_secure_aggregation(self) -> bool:

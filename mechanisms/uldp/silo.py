@@ -10,7 +10,15 @@ import math
 import numpy as np
 import torch
 
-from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, model_to_vector
+from mechanisms.base import (
+    GlobalState,
+    PrivacyBudgetError,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+    load_vector_into_model,
+    model_to_vector,
+)
 from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.fedavg import local_sgd
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
@@ -19,6 +27,7 @@ from mechanisms.uldp.mechanism import plan_mask
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.training import clip_rows, train_users
 from mechanisms.uldp.weights import resolve_group_k, round_robin_quota, user_weights
+from protocols.private_weighting_messages import UserDeltas
 
 
 class _UldpSilo(SiloMechanism):
@@ -49,36 +58,66 @@ class _UldpSilo(SiloMechanism):
 
 
 class PerUserSilo(_UldpSilo):
-    """ULDP-AVG, AVG-w and SGD (Algorithm 3): per-user training, per-user clipping, weights, noise sigma C/sqrt|S|."""
+    """ULDP-AVG, AVG-w and SGD (Algorithm 3): per-user training, per-user clipping, weights, noise sigma C/sqrt|S|.
+
+    With ``weighting: private`` (AVG-w) the silo never computes a weight: it hands its users' clipped deltas and its
+    noise to the private weighting protocol (``Uldp.silo_protocol``), which weights them under encryption.
+    """
 
     def __init__(self, context: SiloContext, params: UldpParams) -> None:
         super().__init__(context, params)
         self.variant = Variant(params.variant)
-        self.weights = user_weights(self.histogram, silo=context.silo_id, proportional=self.variant is Variant.AVG_W)
+        self.private = params.weighting == "private"
+        if self.private:
+            self._check_records_bound()
+            self.weights = None
+        else:
+            self.weights = user_weights(self.histogram, silo=context.silo_id, proportional=self.variant is Variant.AVG_W)
         self.users = np.unique(self.user_ids)
         self.groups = [torch.as_tensor(np.flatnonzero(self.user_ids == u), device=context.device) for u in self.users]
 
-    def weighted_sum(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:
-        """``sum_u w_{s,u} clip_C(Delta^{s,u})`` over this silo's sampled users (before noise), float64."""
+    def _check_records_bound(self) -> None:
+        """The simulator's check (it sees every silo; no silo could): every N_u <= max_records_per_user."""
+        largest = int(self.histogram.sum(axis=0).max(initial=0))
+        if largest > self.params.max_records_per_user:
+            raise PrivacyBudgetError(
+                f"mechanism.max_records_per_user: got {self.params.max_records_per_user}; a user has {largest} records "
+                f"across the silos, and the private weighting protocol needs every user's total N_u <= N_max: set it to "
+                f"at least {largest} (a larger N_max may need a larger paillier_key_bits)"
+            )
+
+    def clipped_user_deltas(self, start: np.ndarray, sampled: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+        """This silo's sampled users (ids) and their deltas ``clip_C(Delta^{s,u})`` as float64 rows."""
         ctx = self.context
         active = [i for i, user in enumerate(self.users) if sampled[user]]
         if not active:
-            return np.zeros_like(start)
+            return self.users[active], torch.zeros(0, start.size, dtype=torch.float64)
         load_vector_into_model(ctx.model, start)
         groups = [self.groups[i] for i in active]
         if self.variant is Variant.SGD:  # one full-batch gradient per user: minus the delta of one step at lr 1
             rows = -train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=1, lr=1.0)
         else:
             rows = train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=ctx.training.local_steps, lr=ctx.training.lr)
-        weights = torch.as_tensor(self.weights[self.users[active]], dtype=torch.float64, device=rows.device)
-        return (weights[:, None] * clip_rows(rows.double(), self.params.max_grad_norm)).sum(dim=0).cpu().numpy()
+        return self.users[active], clip_rows(rows.double(), self.params.max_grad_norm)
+
+    def weighted_sum(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+        """``sum_u w_{s,u} clip_C(Delta^{s,u})`` over this silo's sampled users (before noise), float64 (plain weighting)."""
+        users, rows = self.clipped_user_deltas(start, sampled)
+        if not len(users):
+            return np.zeros_like(start)
+        weights = torch.as_tensor(self.weights[users], dtype=torch.float64, device=rows.device)
+        return (weights[:, None] * rows).sum(dim=0).cpu().numpy()
 
     def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
         (start,) = state
         sampled = plan_mask(plan, self.num_users)
-        total = self.weighted_sum(start, sampled)
         std = self.params.noise_multiplier * self.params.max_grad_norm / math.sqrt(self.num_silos)
         event = self._user_level_event(round_index, sampled, noise_multiplier=self.params.noise_multiplier)
+        if self.private:
+            users, rows = self.clipped_user_deltas(start, sampled)
+            deltas = UserDeltas(users=users, deltas=rows.cpu().numpy(), noise=self._noise(start.size, std))
+            return SiloContribution(vector=None, protocol_input=deltas, events=(event,))
+        total = self.weighted_sum(start, sampled)
         return SiloContribution(vector=total + self._noise(total.size, std), events=(event,))
 
 
