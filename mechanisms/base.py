@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
 import numpy as np
@@ -32,6 +33,15 @@ if TYPE_CHECKING:
 GlobalState = tuple[np.ndarray, ...]
 
 
+@dataclass(frozen=True)
+class FederationShape:
+    """The public sizes a mechanism's parameters are checked against before a run: the number of silos
+    (``data.silos``) and of model parameters d (the length of an upload)."""
+
+    num_silos: int
+    num_parameters: int
+
+
 class MechanismParams(BaseModel):
     """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``)."""
 
@@ -40,6 +50,10 @@ class MechanismParams(BaseModel):
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
         return False
+
+    def check_federation(self, federation: FederationShape) -> None:
+        """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list
+        with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,10 @@ class Mechanism(ABC):
         """Data-dependent quantities the guarantee treats as public, i.e. does not protect (``summary.json``
         ``privacy.assumed_public``). Mechanisms whose parameters make such a quantity public override this."""
         return ()
+
+    def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
+        """Write the mechanism's own plots of a finished run (drawn from its privacy report) into ``directory``,
+        beside the run's other files; none by default."""
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:

