@@ -131,12 +131,16 @@ def test_sampler_frequencies_follow_the_probabilities() -> None:
 
 
 def test_values_outside_the_range_are_clipped_into_it() -> None:
-    """A value beyond the range is perturbed exactly as the range's end (same draws): biased towards the range."""
+    """A value beyond the range (infinite ones too) is perturbed exactly as the range's end (same draws): biased
+    towards the range. In an upload a NaN (diverged local training) is perturbed as the centre."""
     length, epsilon = 0.4, 1.0
-    for outside, end in ((5.0, 0.2), (-3.0, -0.2)):
+    for outside, end in ((5.0, 0.2), (-3.0, -0.2), (np.inf, 0.2), (-np.inf, -0.2)):
         seen = pdpm(np.full(1000, outside), center=0.0, length=length, epsilon=epsilon, rng=np.random.default_rng(5))
         edge = pdpm(np.full(1000, end), center=0.0, length=length, epsilon=epsilon, rng=np.random.default_rng(5))
         assert np.array_equal(seen, edge)
+    perturbation = ClientPerturbation(length=length, center=0.1, epsilon=epsilon)
+    seen = perturbation.perturb(np.array([np.nan, 0.3, np.inf]), rng=np.random.default_rng(2))
+    assert np.array_equal(seen, perturbation.perturb(np.array([0.1, 0.3, 0.3]), rng=np.random.default_rng(2)))
 
 
 def test_per_coordinate_parameters_broadcast_and_the_draws_are_seeded() -> None:
@@ -152,7 +156,7 @@ def test_per_coordinate_parameters_broadcast_and_the_draws_are_seeded() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"length": 0.0}, {"length": -1.0}, {"epsilon": 0.0}, {"epsilon": np.array([0.5, -0.1])}, {"center": np.inf}, {"values": np.nan}],
+    [{"length": 0.0}, {"length": -1.0}, {"epsilon": 0.0}, {"epsilon": np.array([0.5, -0.1])}, {"center": np.inf}, {"values": np.array([0.0, np.nan])}],
 )
 def test_bad_parameters_are_refused(bad: dict) -> None:
     arguments = {"values": np.zeros(2), "center": 0.0, "length": 1.0, "epsilon": 0.5, **bad}

@@ -65,12 +65,12 @@ def pdpm(values: ArrayLike, *, center: ArrayLike, length: ArrayLike, epsilon: Ar
     """Perturb every entry of ``values`` with PDPM (Algorithm 2); returns an array of ``values``' shape.
 
     ``center`` (c), ``length`` (L > 0) and ``epsilon`` (> 0) are scalars or arrays broadcastable to ``values``
-    (one per coordinate). Entries outside [c - L/2, c + L/2] are clipped into it first (a bias, see the module
-    docstring). One uniform draw per entry from ``rng``.
+    (one per coordinate). Entries outside [c - L/2, c + L/2], infinite ones included, are clipped into it first
+    (a bias, see the module docstring); NaN is refused. One uniform draw per entry from ``rng``.
     """
     values = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(values).all():
-        raise ValueError("values: PDPM needs finite inputs")
+    if np.isnan(values).any():
+        raise ValueError("values: PDPM needs numbers, got NaN")
     center = np.broadcast_to(np.asarray(center, dtype=np.float64), values.shape)
     length = np.broadcast_to(np.asarray(length, dtype=np.float64), values.shape)
     epsilon = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), values.shape)

@@ -55,10 +55,15 @@ class ClientPerturbation:
         return self.perturbed_per_upload(dimension) * self.epsilon_per_coordinate
 
     def perturb(self, values: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """The perturbed upload of the flat vector ``values`` (all draws from ``rng``)."""
+        """The perturbed upload of the flat vector ``values`` (all draws from ``rng``).
+
+        A NaN (local training diverged, e.g. from a very noisy global model) is replaced by the centre and +-inf
+        is clipped like any value outside the range, so every input PDPM sees lies in the safe range and the
+        guarantee holds whatever the local training did."""
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1:
             raise ValueError(f"values: expected a flat vector, got shape {values.shape}")
+        values = np.where(np.isnan(values), self.center, values)
         dimension = values.size
         k = self.perturbed_per_upload(dimension)
         settings = {"center": self.center, "length": self.length, "epsilon": self.epsilon_per_coordinate}
