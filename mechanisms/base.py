@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
@@ -34,6 +35,15 @@ if TYPE_CHECKING:
 GlobalState = tuple[np.ndarray, ...]
 
 
+@dataclass(frozen=True)
+class FederationShape:
+    """The public sizes a mechanism's parameters are checked against before a run: the number of silos
+    (``data.silos``) and of model parameters d (the length of an upload)."""
+
+    num_silos: int
+    num_parameters: int
+
+
 class MechanismParams(BaseModel):
     """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``)."""
 
@@ -42,6 +52,10 @@ class MechanismParams(BaseModel):
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
         return False
+
+    def check_federation(self, federation: FederationShape) -> None:
+        """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list
+        with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +224,10 @@ class Mechanism(ABC):
         ``accuracy_per_round`` and ``epsilon_per_round`` (None where a round has no epsilon). Import plotting
         code inside the override, so that validating a scenario does not load it."""
         return None
+
+    def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
+        """Write the mechanism's own plots of a finished run (drawn from its privacy report) into ``directory``,
+        beside the run's other files; none by default."""
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:

@@ -96,10 +96,32 @@ class GroupDpSgdEvent:
     group_k: int
 
 
+@dataclass(frozen=True)
+class LocalDpPlan:
+    """What every upload of one client will be under a coordinate-wise pure local-DP mechanism (PLDP-FL's PDPM,
+    Shen et al., Entropy 2023): ``coordinates`` of its scalars perturbed, each ``epsilon_per_coordinate``-LDP.
+    Announced once at start-up, so clients that are never sampled are reported too."""
+
+    epsilon_per_coordinate: float
+    coordinates: int
+
+
+@dataclass(frozen=True)
+class LocalDpUpload:
+    """One perturbed upload of one client: ``coordinates`` scalars, each ``epsilon_per_coordinate``-LDP, so the
+    upload is ``coordinates * epsilon_per_coordinate``-LDP for the client's whole input (basic composition;
+    neighbouring relation: any two inputs of the client in its safe range, i.e. any two local datasets)."""
+
+    epsilon_per_coordinate: float
+    coordinates: int
+
+
 PrivacyEvent = (
     PoissonGaussianEvent
     | PersonalizedTrainingPlan
     | PersonalizedPoissonGaussianEvent
     | UserLevelGaussianEvent
     | GroupDpSgdEvent
+    | LocalDpPlan
+    | LocalDpUpload
 )

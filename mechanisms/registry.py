@@ -18,6 +18,7 @@ _LOCATIONS = {  # name -> "module:class"
     "dp_sgd": "mechanisms.dp_sgd:DpSgd",
     "rpdp": "mechanisms.rpdp.mechanism:Rpdp",
     "uldp": "mechanisms.uldp.mechanism:Uldp",
+    "pldp": "mechanisms.pldp.mechanism:Pldp",
 }
 MECHANISM_NAMES: tuple[str, ...] = tuple(sorted(_LOCATIONS))
 

@@ -47,6 +47,42 @@ def model_supports(name: str, feature_shape: tuple[int, ...]) -> bool:
     return name == "lenet" or min(feature_shape[1:]) >= 2 ** CNN_POOLINGS
 
 
+def parameter_count(name: str, *, feature_shape: tuple[int, ...], num_classes: int) -> int:
+    """The number of parameters d of ``build_model(name, ...)``, without torch (``privsilo validate`` checks
+    parameters against it, e.g. pldp's ``coordinates``)."""
+    if not model_supports(name, feature_shape):
+        raise ValueError(f"model {name!r} does not support inputs of shape {tuple(feature_shape)}")
+
+    def linear(n_in: int, n_out: int) -> int:
+        return n_in * n_out + n_out
+
+    def conv(c_in: int, c_out: int, kernel: int) -> int:
+        return c_in * c_out * kernel * kernel + c_out
+
+    if name == "logistic_regression":
+        return linear(math.prod(feature_shape), num_classes)
+    if name == "mlp":
+        return linear(math.prod(feature_shape), MLP_HIDDEN) + linear(MLP_HIDDEN, MLP_HIDDEN) + linear(MLP_HIDDEN, num_classes)
+    channels, height, width = feature_shape
+    if name == "cnn":
+        scale = 2 ** CNN_POOLINGS
+        flat = 64 * (height // scale) * (width // scale)
+        return conv(channels, 32, 5) + conv(32, 64, 5) + linear(flat, 512) + linear(512, num_classes)
+    if name == "small_cnn":
+        flat = 20 * _small_cnn_side(_small_cnn_side(height)) * _small_cnn_side(_small_cnn_side(width))
+        return conv(channels, 10, SMALL_CNN_KERNEL) + conv(10, 20, SMALL_CNN_KERNEL) + linear(flat, 50) + linear(50, num_classes)
+    total = 0
+    for stride in LENET_STRIDES:
+        total += conv(channels, 12, 5)
+        channels, height, width = 12, (height - 1) // stride + 1, (width - 1) // stride + 1
+    return total + linear(12 * height * width, num_classes)
+
+
+def _small_cnn_side(size: int) -> int:
+    """Side length after one small_cnn block: an unpadded 5x5 convolution, then a 2x2 max pool."""
+    return (size - SMALL_CNN_KERNEL + 1) // 2
+
+
 def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """A freshly initialised model mapping a batch shaped (batch, *feature_shape) to (batch, num_classes) logits.
 
@@ -92,11 +128,7 @@ def _small_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module
     from torch import nn
 
     channels, height, width = feature_shape
-
-    def after_block(size: int) -> int:  # unpadded 5x5 convolution, then 2x2 max pool
-        return (size - SMALL_CNN_KERNEL + 1) // 2
-
-    flat = 20 * after_block(after_block(height)) * after_block(after_block(width))
+    flat = 20 * _small_cnn_side(_small_cnn_side(height)) * _small_cnn_side(_small_cnn_side(width))
     return nn.Sequential(
         nn.Conv2d(channels, 10, kernel_size=SMALL_CNN_KERNEL), nn.MaxPool2d(2), nn.ReLU(),
         nn.Conv2d(10, 20, kernel_size=SMALL_CNN_KERNEL), nn.MaxPool2d(2), nn.ReLU(),

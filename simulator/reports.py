@@ -60,6 +60,8 @@ def write_run(result: RunResult, out_dir: Path) -> None:
         plot_metrics(result, staging / "metrics.png")
         if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
             plot_privacy(result, staging / "privacy.png")
+        scenario = result.scenario
+        mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, staging)
         torch.save(dict(result.model_state), staging / "model.pt")
 
 
@@ -109,6 +111,8 @@ def _randomness(scenario: Scenario) -> dict[str, Any]:
 def privacy_line(privacy: Mapping[str, Any]) -> str:
     """The privacy part of ``privsilo run``'s result line: epsilon only where a guarantee covers the run."""
     eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
+    if "epsilon_per_coordinate" in privacy:
+        return local_dp_line(privacy)
     if eps is not None:
         line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
     elif guarantee.startswith("not covered"):
@@ -118,6 +122,16 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
     if "never_trained" in privacy:
         line += f"; {privacy['never_trained']} of {privacy['records']} records never trained"
     return line
+
+
+def local_dp_line(privacy: Mapping[str, Any]) -> str:
+    """Both figures of a local-DP run (pldp), by name: what a client's data gets, and the paper's per-scalar one."""
+    per_client = max(privacy["epsilon_per_client"].values(), default=0.0)
+    per_coordinate = max((v for v in privacy["epsilon_per_coordinate"].values() if v is not None), default=0.0)
+    return (
+        f"epsilon_per_client = {per_client:.4g} (largest; pure LDP composed over the coordinates and participations), "
+        f"epsilon_per_coordinate = {per_coordinate:.4g} (largest; one scalar of one upload, the paper's figure)"
+    )
 
 
 def _json_safe(value: Any) -> Any:

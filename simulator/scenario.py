@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from mechanisms.base import MechanismParams
+from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
 from simulator.errors import ScenarioError, ScenarioFileError
 
@@ -274,6 +274,7 @@ def _check_consistency(scenario: Scenario) -> None:
         )
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
+    _check_mechanism_fits(scenario, num_classes=info.num_classes, feature_shape=info.feature_shape)
     _check_protocol(scenario)
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
@@ -282,6 +283,22 @@ def _check_consistency(scenario: Scenario) -> None:
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):
             raise ScenarioError(f"resources.{role}.num_gpus", gpus, "must be a fraction <= 1 or a whole number")
+
+
+def _check_mechanism_fits(scenario: Scenario, *, num_classes: int, feature_shape: tuple[int, ...]) -> None:
+    """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
+    from simulator.models import parameter_count
+
+    params = scenario.mechanism.params
+    shape = FederationShape(
+        num_silos=scenario.data.silos,
+        num_parameters=parameter_count(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes),
+    )
+    try:
+        params.check_federation(shape)
+    except ValueError as exc:
+        key, _, problem = str(exc).partition(": ")
+        raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
 
 
 def _check_protocol(scenario: Scenario) -> None:

@@ -280,13 +280,27 @@ def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict
 
 
 def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str) -> None:
-    """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``."""
-    from simulator.sweep_plots import plot_comparison
+    """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``; with per-round accuracies
+    (a sweep's own runs, not merged ones) also ``curves.csv`` and ``accuracy_per_round.png``."""
+    from simulator.sweep_plots import plot_accuracy_per_round, plot_comparison
 
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
     write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
     num_seeds = len({item.seed for item in runs})
     plot_comparison(table, axes=axes, num_seeds=num_seeds, title=title, path=staging / "comparison.png")
+    if all(item.accuracy_per_round for item in runs):
+        write_curves_csv(runs, axes=axes, path=staging / "curves.csv")
+        plot_accuracy_per_round(runs, axes=axes, num_seeds=num_seeds, title=title, path=staging / "accuracy_per_round.png")
+
+
+def write_curves_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
+    """``curves.csv``: one row per run and round (axis labels, ``seed``, ``round`` 1-based, ``accuracy``)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*axes, "seed", "round", "accuracy"])
+        for item in runs:
+            for round_number, accuracy in enumerate(item.accuracy_per_round, start=1):
+                writer.writerow([*(item.labels[a] for a in axes), item.seed, round_number, repr(accuracy)])
 
 
 def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:

@@ -1,14 +1,18 @@
-"""The mechanism-independent plot of a sweep: mean final accuracy per axis combination."""
+"""The mechanism-independent plots of a sweep: mean final accuracy per axis combination, and mean accuracy per
+round of every combination."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+if TYPE_CHECKING:
+    from simulator.sweep import SweepRun
 
 
 def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
@@ -30,6 +34,25 @@ def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], 
     spread = f"mean ± std over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
     ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1.15), title=f"{title} ({spread})")
     ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
+    """One line per axis combination: test accuracy after each round, averaged over the combination's seeds
+    (up to the shortest run of the combination)."""
+    curves: dict[str, list[tuple[float, ...]]] = {}
+    for item in runs:
+        curves.setdefault(" / ".join(item.labels[a] for a in axes), []).append(item.accuracy_per_round)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for label, members in curves.items():
+        rounds = min(len(curve) for curve in members)
+        mean = np.mean([curve[:rounds] for curve in members], axis=0)
+        ax.plot(np.arange(1, rounds + 1), mean, marker="." if rounds <= 60 else None, label=label)
+    spread = f"mean over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
+    ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1), title=f"{title} ({spread})")
+    ax.legend(fontsize=7, ncol=1 + len(curves) // 10, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

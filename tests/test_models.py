@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from simulator.models import MODELS, build_model, model_supports
+from simulator.data import DATASETS
+from simulator.models import MODELS, build_model, model_supports, parameter_count
 
 TABULAR = [(13,), (30,)]
 IMAGES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
@@ -22,6 +23,17 @@ def test_supported_models_give_batch_by_classes_logits(name, shape):
     logits = model(torch.randn(5, *shape))
     assert logits.shape == (5, 7)
     assert torch.isfinite(logits).all()
+    assert parameter_count(name, feature_shape=shape, num_classes=7) == sum(p.numel() for p in model.parameters())
+
+
+def test_parameter_count_of_every_shipped_dataset_and_model():
+    """``privsilo validate`` checks parameters against d without building the model: the count must be exact."""
+    for info in DATASETS.values():
+        for name in MODELS:
+            if model_supports(name, info.feature_shape):
+                model = build_model(name, feature_shape=info.feature_shape, num_classes=info.num_classes)
+                want = sum(p.numel() for p in model.parameters())
+                assert parameter_count(name, feature_shape=info.feature_shape, num_classes=info.num_classes) == want
 
 
 def test_support_matrix():

@@ -17,7 +17,8 @@ from simulator.rpdp_plots import budget_vs_spent_figure
 from simulator.sweep import SweepResult, SweepRun, load_grid, summarise, sweep, write_runs_csv, write_table
 from tests.conftest import REPO, small_scenario
 
-OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png")
+OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png",
+                "curves.csv", "accuracy_per_round.png")
 
 
 def _write_grid(directory: Path, **changes) -> Path:
@@ -77,6 +78,10 @@ def test_sweep_writes_tables_and_plots_and_honours_seeds(whole_sweep):
     swept = next(r for r in result.runs if r.labels == labels and r.seed == 1)
     assert swept.accuracy == direct.final["accuracy"]
     assert swept.epsilon == direct.privacy["epsilon"]
+    assert swept.accuracy_per_round == tuple(record.report.accuracy for record in direct.rounds)
+    with (tmp_path / "out" / "curves.csv").open() as handle:
+        curves = [r for r in csv.DictReader(handle) if r["mechanism.variant"] == "rPDP" and r["seed"] == "1"]
+    assert [float(r["accuracy"]) for r in curves] == list(swept.accuracy_per_round) and [r["round"] for r in curves] == ["1", "2"]
 
 
 @pytest.mark.parametrize(
@@ -100,12 +105,15 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
 
 def test_shipped_grids_load_and_every_combination_validates():
     grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
-    assert len(grids) == 5
+    assert len(grids) == 7
     for path in grids:
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
         if path.parent.name == "rpdp":  # 3 budget distributions x 4 variants
             assert len(scenarios) == 12 * len(grid.seeds)
+        elif path.parent.name == "pldp":  # 3 ranges x 3 budgets x 2 perturb modes, the paper's 100 clients
+            assert len(scenarios) == 18 * len(grid.seeds)
+            assert {(s.mechanism.name, s.data.silos, s.federation.client_rate) for s in scenarios} == {("pldp", 100, 0.7)}
         else:  # uldp: every variant of the axis, each with its own user-level accounting
             assert {s.mechanism.name for s in scenarios} == {"uldp"} and len(scenarios) >= 3 * len(grid.seeds)
 

