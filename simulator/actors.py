@@ -14,7 +14,7 @@ import numpy as np
 import ray
 import torch
 
-from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext, load_vector_into_model
+from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext, load_vector_into_model, prediction_loss
 from mechanisms.registry import mechanism_class
 from protocols.base import ServerProtocol, SiloProtocol
 from protocols.fixed_point import FixedPointCodec
@@ -203,9 +203,12 @@ class ServerActor:
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
         users = scenario.data.users
-        self.mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).server_for(
+        mechanism = mechanism_class(scenario.mechanism.name)
+        self.mechanism = mechanism(scenario.mechanism.params).server_for(
             num_silos=len(silos), num_users=None if users is None else users.count
         )
+        # the scenario refuses secure aggregation for these, so the protocol is plain summation
+        self.individual = mechanism.needs_individual_contributions
         self.protocol = _server_protocol(scenario.protocol, num_silos=len(silos))
         self.inbox: dict[int, Any] = {}
 
@@ -230,8 +233,12 @@ class ServerActor:
             broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
             updates = _get_all([self.silos[i].train.remote(broadcast) for i in participants])
             self.inbox = {u.sender: u.payload for u in updates}
-            total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
-            self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
+            if self.individual:
+                vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=participants)
+                self.state = self.mechanism.aggregate_individual(self.state, vectors)
+            else:
+                total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
+                self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
         return RoundReport(
@@ -246,13 +253,19 @@ class ServerActor:
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
-        """Test loss and accuracy of the global model (the first hypothesis)."""
+        """Test loss and accuracy of the global model (the first hypothesis); no accuracy (NaN) for regression."""
         load_vector_into_model(self.model, self.state[0])
         self.model.eval()
         logits = torch.cat([self.model(chunk) for chunk in torch.split(self.test_features, 2048)])
-        loss = torch.nn.functional.cross_entropy(logits, self.test_labels).item()
+        loss = prediction_loss(logits, self.test_labels).item()
+        if self.test_labels.is_floating_point():
+            return float(loss), float("nan")
         accuracy = (logits.argmax(dim=1) == self.test_labels).double().mean().item()
         return float(loss), float(accuracy)
+
+    def global_state(self) -> tuple[np.ndarray, ...]:
+        """Every hypothesis of the global state (for the experimenter's per-client evaluation)."""
+        return self.state
 
     def last_round_inbox(self) -> dict[int, Any]:
         """The protocol messages the server received in the last round (what an honest-but-curious server sees)."""

@@ -26,10 +26,12 @@ from simulator.actors import ServerActor, SiloActor
 from simulator.cluster import ActorDemand, ray_session
 from simulator.data import Dataset, load_dataset
 from simulator.data.partition import partition_indices
+from simulator.data.rotations import rotate_silos
 from simulator.data.users import UserAllocation, allocate_users, users_generator
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
+from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 
 ACTOR_START_TIMEOUT_S = 300
@@ -66,6 +68,7 @@ class RunResult:
     placement: tuple[SiloInfo, ...]
     model_state: Mapping[str, torch.Tensor]
     users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
+    personalisation: Mapping[str, Any] | None = None  # per-client evaluation of personalised mechanisms, else None
 
     @property
     def final(self) -> dict[str, Any]:
@@ -103,10 +106,13 @@ def _seeds(seed: int, num_silos: int) -> dict[str, Any]:
 
 
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
+    """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
+    single model of every one-hypothesis mechanism)."""
+    count = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    return (model_to_vector(model),)
+        models = [build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
+    return tuple(model_to_vector(model) for model in models)
 
 
 def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
@@ -194,13 +200,16 @@ class Federation:
 
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
-        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
+        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed, silos=scenario.data.silos)
         seeds = _seeds(scenario.seed, scenario.data.silos)
         parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
+        if scenario.data.rotations is not None:
+            self.dataset = rotate_silos(self.dataset, parts, angles=scenario.data.rotations)
         self.users = _user_allocation(scenario, self.dataset, parts)
         if self.users is not None:
             parts = list(self.users.silo_indices)
             histogram = self.users.histogram()
+        self.parts = parts
         res = scenario.resources
         t_data = time.perf_counter()
         self._stack.enter_context(
@@ -261,6 +270,10 @@ class Federation:
         """The global model as a torch state_dict."""
         return ray.get(self.server.model_state_dict.remote())
 
+    def global_state(self) -> tuple[np.ndarray, ...]:
+        """Every hypothesis of the global state, as flat vectors."""
+        return ray.get(self.server.global_state.remote())
+
 
 def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
@@ -268,11 +281,14 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     with Federation(scenario) as federation:
         accountant.enrol(info.silo_id for info in federation.placement)
         record_events(accountant, {info.silo_id: info.events for info in federation.placement})
+        evaluator = personalised_evaluator(federation)
         records = []
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:
             started = time.perf_counter()
             report = federation.run_round(round_index)
+            if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
+                report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
@@ -288,6 +304,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
+        personalisation = None if evaluator is None else evaluator.summary()
         startup = dict(federation.timing)
     privacy = accountant.report()
     return RunResult(
@@ -298,6 +315,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         placement=placement,
         model_state=model_state,
         users=users,
+        personalisation=personalisation,
     )
 
 

@@ -61,6 +61,10 @@ def write_run(result: RunResult, out_dir: Path) -> None:
         if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
             plot_privacy(result, staging / "privacy.png")
         torch.save(dict(result.model_state), staging / "model.pt")
+        if result.personalisation is not None:
+            from simulator.personalisation.outputs import write_personalisation
+
+            write_personalisation(result, staging)
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -69,10 +73,13 @@ def _finite_or_none(value: float | None) -> float | None:
 
 def summary(result: RunResult) -> dict[str, Any]:
     """The content of summary.json."""
-    users = {} if result.users is None else {"users": dict(result.users)}
+    extras = {} if result.users is None else {"users": dict(result.users)}
+    personalised = result.personalisation
+    if personalised is not None:  # the history and the hypotheses have their own files
+        extras["personalisation"] = _json_safe({k: v for k, v in personalised.items() if k not in ("history", "state_dicts")})
     return {
         "config": result.scenario.to_dict(),
-        **users,
+        **extras,
         "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
         "privacy": _privacy(result),
         "randomness": _randomness(result.scenario),
@@ -107,6 +114,14 @@ def _randomness(scenario: Scenario) -> dict[str, Any]:
 def privacy_line(privacy: Mapping[str, Any]) -> str:
     """The privacy part of ``privsilo run``'s result line: epsilon only where a guarantee covers the run."""
     eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
+    leakage = privacy.get("leakage")
+    if leakage is not None:
+        if leakage.get("max") is None or not math.isfinite(leakage["max"]):
+            return f"no d-privacy leakage bound ({guarantee})"
+        figures = f"max {leakage['max']:.4g}, median {leakage['median']:.4g} (summary.json privacy.leakage)"
+        if leakage["calibration"] == "paper":
+            return f"no guarantee (calibration 'paper' reveals ||delta||); the paper's leakage per client: {figures}"
+        return f"d-privacy leakage per client over the run: {figures}"
     if eps is not None:
         line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
     elif guarantee.startswith("not covered"):
