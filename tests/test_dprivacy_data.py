@@ -105,3 +105,24 @@ def test_cluster_recovery_is_the_purity_of_the_hypotheses():
     assert cluster_recovery(np.array([0, 0, 0, 0, 0, 0]), groups) == 0.5  # one hypothesis for both groups
     assert cluster_recovery(np.array([0, 0, 1, 1, 1, 1]), groups) == pytest.approx(5 / 6)  # hyp 1: 1 of group 0, 3 of group 1
     assert contingency(np.array([0, 0, 1, 1, 1, 1]), groups, num_hypotheses=3, num_groups=2).tolist() == [[2, 0], [1, 3], [0, 0]]
+
+
+def test_grid_table_averages_the_seeds_of_each_combination(tmp_path):
+    from simulator.personalisation.grid import GridRun, markdown_table, table_rows
+
+    def finished(name, seed, *, accuracy, recovery, leak_max):
+        directory = tmp_path / name
+        directory.mkdir()
+        summary = {
+            "config": {"mechanism": {"nu": 3.0, "hypotheses": 2, "calibration": "clipped"}},
+            "personalisation": {"accuracy": accuracy, "loss": 0.5, "cluster_recovery": recovery},
+            "privacy": {"leakage": {"max_per_participation": 40.0, "max": leak_max, "median": leak_max / 2}},
+        }
+        (directory / "summary.json").write_text(__import__("json").dumps(summary))
+        return GridRun({"mechanism.nu": "nu3"}, seed, directory)
+
+    runs = [finished("a", 0, accuracy=0.8, recovery=1.0, leak_max=400.0), finished("b", 1, accuracy=0.6, recovery=0.5, leak_max=200.0)]
+    (row,) = table_rows(runs, axes=["mechanism.nu"])
+    assert row["seeds"] == 2 and row["accuracy_mean"] == pytest.approx(0.7) and row["accuracy_std"] == pytest.approx(0.1)
+    assert row["cluster_recovery_mean"] == 0.75 and row["leakage_max_mean"] == 300.0 and row["leakage_median_mean"] == 150.0
+    assert "| nu3 | 2 | 0.700 ± 0.100 | 0.75 | 40 | 300 | 150 |" in markdown_table([row], axes=["mechanism.nu"])
