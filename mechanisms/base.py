@@ -10,7 +10,9 @@ The actors never look inside a mechanism. Per round they do exactly this:
 3. the server feeds the sum to ``ServerMechanism.aggregate`` to get the next global state.
 
 Mechanisms that need to see individual contributions (server-side clustering) say so with
-``needs_individual_contributions`` and then cannot be combined with secure aggregation.
+``needs_individual_contributions`` and then cannot be combined with secure aggregation: the server runs plain
+summation, whose messages carry every vector in the clear, and calls ``ServerMechanism.aggregate_individual``
+with them instead of ``aggregate``. ``Mechanism.num_hypotheses`` sets how many vectors the global state holds.
 Per-user training (ULDP), per-record sampling rates (rPDP) and extra protocol stages live inside the
 mechanism's silo and server objects.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -136,6 +138,11 @@ class ServerMechanism(ABC):
     def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
         """Return the next global state given the sum of this round's contribution vectors."""
 
+    def aggregate_individual(self, state: GlobalState, contributions: Sequence[np.ndarray]) -> GlobalState:
+        """Return the next global state given each participant's vector (participant order); called instead of
+        ``aggregate`` for mechanisms with ``needs_individual_contributions``."""
+        raise NotImplementedError(f"{type(self).__name__} aggregates the sum of the contributions only")
+
 
 class PrivacyBudgetError(ValueError):
     """A mechanism refuses to start because the scenario's privacy budgets cannot be met as asked."""
@@ -180,6 +187,9 @@ class Mechanism(ABC):
     needs_individual_contributions: ClassVar[bool] = False
     needs_users: ClassVar[bool] = False  # the scenario must give records owners (data.users)
     needs_every_silo: ClassVar[bool] = False  # refuses client sampling (federation.client_rate < 1)
+    supports_regression: ClassVar[bool] = False  # trains with prediction_loss, so real-valued targets work too
+    # the state holds hypotheses each client picks from (IFCA): runs evaluate every client on the one it picks
+    personalised: ClassVar[bool] = False
 
     def __init__(self, params: MechanismParams) -> None:
         self.params = params
@@ -208,6 +218,10 @@ class Mechanism(ABC):
         """The server side of the protocol ``silo_protocol`` brings (``length``: the model's size), or None."""
         return None
 
+    def num_hypotheses(self) -> int:
+        """How many model vectors the global state holds (each from its own initialisation)."""
+        return 1
+
     def accountant(self) -> PrivacyAccountant:
         """A fresh accountant for one run (mechanisms with a DP guarantee override this)."""
         return NoGuarantee()
@@ -235,6 +249,16 @@ def model_to_vector(model: torch.nn.Module) -> np.ndarray:
     import torch
 
     return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
+
+
+def prediction_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean loss of a batch: cross-entropy for class labels, mean squared error for real-valued targets
+    (regression, one output per record)."""
+    import torch
+
+    if labels.is_floating_point():
+        return torch.nn.functional.mse_loss(outputs.squeeze(-1), labels)
+    return torch.nn.functional.cross_entropy(outputs, labels)
 
 
 def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:

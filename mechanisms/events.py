@@ -114,6 +114,20 @@ class LocalDpUpload:
 
     epsilon_per_coordinate: float
     coordinates: int
+class EuclideanLaplaceEvent:
+    """One client's d-private upload in one round (Galli et al., ICISSP 2023, Algorithm 2 and Prop. 3.1).
+
+    The client uploads ``theta_j + delta + rho`` with ``rho`` Euclidean-Laplace noise of parameter ``epsilon``
+    per unit of Euclidean distance (``inf``: no noise, nu = 0). ``radius`` is the neighbourhood the calibration
+    is set for: the public clip radius R (``calibration`` ``clipped``: delta clipped to R, eps = n / (nu R)) or the
+    client's own update norm ||delta|| (``paper``: eps = n / (nu ||delta||)). ``hypothesis_spread`` is the largest
+    distance between two broadcast hypotheses (public: the server sent them).
+    """
+
+    epsilon: float
+    radius: float
+    calibration: str
+    hypothesis_spread: float
 
 
 PrivacyEvent = (
@@ -124,4 +138,5 @@ PrivacyEvent = (
     | GroupDpSgdEvent
     | LocalDpPlan
     | LocalDpUpload
+    | EuclideanLaplaceEvent
 )

@@ -6,11 +6,18 @@ aggregation together with the deltas.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from mechanisms.base import GlobalState, ServerMechanism, SiloContext, load_vector_into_model, model_to_vector
+from mechanisms.base import (
+    GlobalState,
+    ServerMechanism,
+    SiloContext,
+    load_vector_into_model,
+    model_to_vector,
+    prediction_loss,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -21,10 +28,13 @@ def weighted_delta_vector(delta: np.ndarray, weight: float) -> np.ndarray:
     return np.concatenate([np.asarray(delta, dtype=np.float64) * weight, [float(weight)]])
 
 
-def local_sgd(context: SiloContext, start: np.ndarray, *, records: torch.Tensor | None = None) -> tuple[np.ndarray, float]:
-    """``local_steps`` steps of mini-batch SGD from ``start`` on ``records`` (indices into the silo's data; default
-    all of them), each batch drawn without replacement from the silo's generator (McMahan et al. 2017). Returns
-    the model delta and the mean training loss; ``records`` must not be empty."""
+def local_sgd(
+    context: SiloContext, start: np.ndarray, *, records: torch.Tensor | None = None, epochs: int | None = None
+) -> tuple[np.ndarray, float]:
+    """Mini-batch SGD from ``start`` on ``records`` (indices into the silo's data; default all of them): by default
+    ``local_steps`` steps, each batch drawn without replacement from the silo's generator (McMahan et al. 2017);
+    with ``epochs`` E instead E passes, each a fresh permutation cut into batches of ``batch_size``. Returns the
+    model delta and the mean training loss; ``records`` must not be empty."""
     import torch  # not at the top of the module: see mechanisms.registry
 
     ctx = context
@@ -32,17 +42,28 @@ def local_sgd(context: SiloContext, start: np.ndarray, *, records: torch.Tensor 
     ctx.model.train()
     pool = torch.arange(ctx.labels.shape[0], device=ctx.device) if records is None else records
     batch = min(ctx.training.batch_size, len(pool))
-    loss_sum = 0.0
-    for _ in range(ctx.training.local_steps):
-        idx = pool[torch.randperm(len(pool), generator=ctx.generator)[:batch].to(ctx.device)]
-        loss = torch.nn.functional.cross_entropy(ctx.model(ctx.features[idx]), ctx.labels[idx])
+    losses = []
+    for idx in _batches(pool, batch=batch, generator=ctx.generator, steps=ctx.training.local_steps, epochs=epochs):
+        loss = prediction_loss(ctx.model(ctx.features[idx]), ctx.labels[idx])
         ctx.model.zero_grad(set_to_none=True)
         loss.backward()
         with torch.no_grad():
             for p in ctx.model.parameters():
                 p.add_(p.grad, alpha=-ctx.training.lr)
-        loss_sum += loss.item()
-    return model_to_vector(ctx.model) - start, loss_sum / max(ctx.training.local_steps, 1)
+        losses.append(loss.item())
+    return model_to_vector(ctx.model) - start, sum(losses) / max(len(losses), 1)
+
+
+def _batches(pool: torch.Tensor, *, batch: int, generator: torch.Generator, steps: int, epochs: int | None) -> Iterator[torch.Tensor]:
+    """The record indices of each local step: ``steps`` independent batches, or ``epochs`` shuffled passes."""
+    import torch
+
+    if epochs is None:
+        for _ in range(steps):
+            yield pool[torch.randperm(len(pool), generator=generator)[:batch].to(pool.device)]
+        return
+    for _ in range(epochs):
+        yield from torch.split(pool[torch.randperm(len(pool), generator=generator).to(pool.device)], batch)
 
 
 class FedAvgServer(ServerMechanism):

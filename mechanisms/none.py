@@ -22,6 +22,7 @@ class NoPrivacy(Mechanism):
     """FedAvg with no privacy mechanism."""
 
     name = "none"
+    supports_regression = True
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         return FedAvgSilo(context)

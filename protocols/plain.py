@@ -65,13 +65,21 @@ class PlainSumServer(ServerProtocol):
         self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
     ) -> np.ndarray:
         """Return the float64 sum of the participants' ``PlainVector`` messages."""
-        vectors = collect_round_messages(
+        vectors = self.vectors(messages, round_index=round_index, participants=participants)
+        total = np.zeros_like(vectors[0])
+        for vector in vectors:
+            total += vector
+        return total
+
+    def vectors(
+        self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
+    ) -> tuple[np.ndarray, ...]:
+        """Every participant's vector, in ``participants`` order (plain summation hides none of them); for
+        mechanisms that need individual contributions."""
+        messages = collect_round_messages(
             messages, message_type=PlainVector, round_index=round_index, participants=participants
         )
-        lengths = {vector.values.shape for vector in vectors}
+        lengths = {message.values.shape for message in messages}
         if len(lengths) != 1:
             raise ProtocolStateError(f"round {round_index}: participants sent vectors of shapes {sorted(lengths)}")
-        total = np.zeros_like(vectors[0].values)
-        for vector in vectors:
-            total += vector.values
-        return total
+        return tuple(message.values for message in messages)

@@ -15,7 +15,7 @@ import numpy as np
 import ray
 import torch
 
-from mechanisms.base import load_vector_into_model
+from mechanisms.base import load_vector_into_model, prediction_loss
 from mechanisms.registry import mechanism_class
 from protocols.base import ServerProtocol
 from protocols.plain import PlainSumServer
@@ -198,6 +198,8 @@ class ServerActor:
             num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
             fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
         ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
+        # the scenario refuses secure aggregation for these, so the protocol is plain summation
+        self.individual = type(mechanism).needs_individual_contributions
         self.inbox: dict[int, Any] = {}
 
     def setup(self) -> dict[str, float]:
@@ -239,9 +241,14 @@ class ServerActor:
             updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
             self.inbox = {u.sender: u.payload for u in updates}
             combining = time.perf_counter()
-            total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
-            combine_seconds = time.perf_counter() - combining
-            self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
+            if self.individual:
+                vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=participants)
+                combine_seconds = time.perf_counter() - combining
+                self.state = self.mechanism.aggregate_individual(self.state, vectors)
+            else:
+                total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
+                combine_seconds = time.perf_counter() - combining
+                self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
         return RoundReport(
@@ -261,13 +268,19 @@ class ServerActor:
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
-        """Test loss and accuracy of the global model (the first hypothesis)."""
+        """Test loss and accuracy of the global model (the first hypothesis); no accuracy (NaN) for regression."""
         load_vector_into_model(self.model, self.state[0])
         self.model.eval()
         logits = torch.cat([self.model(chunk) for chunk in torch.split(self.test_features, 2048)])
-        loss = torch.nn.functional.cross_entropy(logits, self.test_labels).item()
+        loss = prediction_loss(logits, self.test_labels).item()
+        if self.test_labels.is_floating_point():
+            return float(loss), float("nan")
         accuracy = (logits.argmax(dim=1) == self.test_labels).double().mean().item()
         return float(loss), float(accuracy)
+
+    def global_state(self) -> tuple[np.ndarray, ...]:
+        """Every hypothesis of the global state (for the experimenter's per-client evaluation)."""
+        return self.state
 
     def last_round_inbox(self) -> dict[int, Any]:
         """The protocol messages the server received in the last round (what an honest-but-curious server sees)."""

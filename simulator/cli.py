@@ -121,13 +121,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
-        for name in dict.fromkeys((s.data.dataset, s.data.path) for s in scenarios):
-            load_dataset(name[0], path=name[1], seed=0)
+        for name in dict.fromkeys((s.data.dataset, s.data.path, s.data.silos) for s in scenarios):
+            load_dataset(name[0], path=name[1], seed=0, silos=name[2])
         combinations = len(scenarios) // len(grid.seeds)
         print(f"{args.scenario}: valid grid ({count(len(scenarios), 'run')}: {count(combinations, 'combination')} x {count(len(grid.seeds), 'seed')})")
         return 0
     scenario = resolve_scenario(args.scenario, args.overrides)
-    load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
+    load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed, silos=scenario.data.silos)
     print(f"{args.scenario}: valid ({scenario.mechanism.name} on {scenario.data.dataset}, {scenario.data.silos} silos, {scenario.federation.rounds} rounds)")
     return 0
 

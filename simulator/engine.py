@@ -26,10 +26,12 @@ from simulator.actors import ServerActor, SiloWorker
 from simulator.cluster import ActorDemand, Capacity, ray_session, worker_count
 from simulator.data import Dataset, load_dataset
 from simulator.data.partition import partition_indices
+from simulator.data.rotations import rotate_silos
 from simulator.data.users import UserAllocation, allocate_users, users_generator
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
+from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
 from simulator.worker_pool import POOL, ActorShape
@@ -70,6 +72,7 @@ class RunResult:
     model_state: Mapping[str, torch.Tensor]
     users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
     packing: tuple[tuple[int, ...], ...] = ()  # silo ids hosted by each worker actor
+    personalisation: Mapping[str, Any] | None = None  # per-client evaluation of personalised mechanisms, else None
 
     @property
     def final(self) -> dict[str, Any]:
@@ -107,10 +110,13 @@ def _seeds(seed: int, num_silos: int) -> dict[str, Any]:
 
 
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
+    """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
+    single model of every one-hypothesis mechanism)."""
+    count = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    return (model_to_vector(model),)
+        models = [build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
+    return tuple(model_to_vector(model) for model in models)
 
 
 def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
@@ -207,12 +213,15 @@ class Federation:
 
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
-        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed)
+        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed, silos=scenario.data.silos)
         seeds = _seeds(scenario.seed, scenario.data.silos)
         parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
+        if scenario.data.rotations is not None:
+            self.dataset = rotate_silos(self.dataset, parts, angles=scenario.data.rotations)
         self.users = _user_allocation(scenario, self.dataset, parts)
         if self.users is not None:
             parts = list(self.users.silo_indices)
+        self.parts = parts
         specs = [
             SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
                      user_ids=None if self.users is None else self.users.silo_user_ids[i])
@@ -300,6 +309,10 @@ class Federation:
         """The global model as a torch state_dict."""
         return ray.get(self.server.model_state_dict.remote())
 
+    def global_state(self) -> tuple[np.ndarray, ...]:
+        """Every hypothesis of the global state, as flat vectors."""
+        return ray.get(self.server.global_state.remote())
+
 
 def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
@@ -307,11 +320,14 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     with Federation(scenario) as federation:
         accountant.enrol(info.silo_id for info in federation.placement)
         record_events(accountant, {info.silo_id: info.events for info in federation.placement})
+        evaluator = personalised_evaluator(federation)
         records = []
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:
             started = time.perf_counter()
             report = federation.run_round(round_index)
+            if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
+                report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
@@ -327,6 +343,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
+        personalisation = None if evaluator is None else evaluator.summary()
         startup = dict(federation.timing)
         construction = federation.silo_construction_seconds
         packing = federation.packing
@@ -342,6 +359,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         model_state=model_state,
         users=users,
         packing=packing,
+        personalisation=personalisation,
     )
 
 

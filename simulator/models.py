@@ -1,6 +1,8 @@
 """Models the silos train: plain torch, no BatchNorm or Dropout (DP-SGD needs per-sample gradients).
 
 * ``logistic_regression``: flatten, then one linear layer (multinomial logistic regression on the logits).
+* ``linear_regression``: flatten, then one linear layer without bias (``y = x . theta``), one output per record:
+  the model of Galli et al.'s synthetic task (ICISSP 2023, Sec. 4.1; theta in R^2); for regression datasets.
 * ``mlp``: flatten, two hidden layers of 200 ReLU units (the "2NN" of McMahan et al. 2017, "Communication-
   Efficient Learning of Deep Networks from Decentralized Data", AISTATS, Sec. 3).
 * ``cnn``: the MNIST CNN of McMahan et al. 2017: 5x5 conv (32 channels), 2x2 max pool, 5x5 conv (64 channels),
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-MODELS = ("logistic_regression", "mlp", "cnn", "small_cnn", "lenet")
+MODELS = ("logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet")
 MLP_HIDDEN = 200
 CNN_POOLINGS = 2
 SMALL_CNN_KERNEL = 5
@@ -38,7 +40,7 @@ def model_supports(name: str, feature_shape: tuple[int, ...]) -> bool:
     """True when model ``name`` can take inputs of ``feature_shape`` (cnn and lenet need (C, H, W) images)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    if name in ("logistic_regression", "mlp"):
+    if name in ("logistic_regression", "linear_regression", "mlp"):
         return len(feature_shape) >= 1 and math.prod(feature_shape) > 0
     if len(feature_shape) != 3 or min(feature_shape) < 1:
         return False
@@ -96,6 +98,8 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
                          f"small_cnn needs at least {SMALL_CNN_MIN_SIZE}x{SMALL_CNN_MIN_SIZE}")
     if name == "logistic_regression":
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(feature_shape), num_classes))
+    if name == "linear_regression":  # num_classes: the number of outputs (1 for a regression dataset)
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(feature_shape), num_classes, bias=False))
     if name == "mlp":
         return nn.Sequential(
             nn.Flatten(),

@@ -63,6 +63,10 @@ def write_run(result: RunResult, out_dir: Path) -> None:
         scenario = result.scenario
         mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, staging)
         torch.save(dict(result.model_state), staging / "model.pt")
+        if result.personalisation is not None:
+            from simulator.personalisation.outputs import write_personalisation
+
+            write_personalisation(result, staging)
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -71,11 +75,14 @@ def _finite_or_none(value: float | None) -> float | None:
 
 def summary(result: RunResult) -> dict[str, Any]:
     """The content of summary.json."""
-    users = {} if result.users is None else {"users": dict(result.users)}
+    extras = {} if result.users is None else {"users": dict(result.users)}
+    personalised = result.personalisation
+    if personalised is not None:  # the history and the hypotheses have their own files
+        extras["personalisation"] = _json_safe({k: v for k, v in personalised.items() if k not in ("history", "state_dicts")})
     worker_of = {silo: worker for worker, hosted in enumerate(result.packing) for silo in hosted}
     return {
         "config": result.scenario.to_dict(),
-        **users,
+        **extras,
         "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
         "privacy": _privacy(result),
         "randomness": _randomness(result.scenario),
@@ -113,6 +120,14 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
     eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
     if "epsilon_per_coordinate" in privacy:
         return local_dp_line(privacy)
+    leakage = privacy.get("leakage")
+    if leakage is not None:
+        if leakage.get("max") is None or not math.isfinite(leakage["max"]):
+            return f"no d-privacy leakage bound ({guarantee})"
+        figures = f"max {leakage['max']:.4g}, median {leakage['median']:.4g} (summary.json privacy.leakage)"
+        if leakage["calibration"] == "paper":
+            return f"no guarantee (calibration 'paper' reveals ||delta||); the paper's leakage per client: {figures}"
+        return f"d-privacy leakage per client over the run: {figures}"
     if eps is not None:
         line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
     elif guarantee.startswith("not covered"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
@@ -41,10 +41,11 @@ class DataConfig(_Block):
     shards_per_silo: int = Field(2, ge=1)
     path: str | None = None
     users: UsersConfig | None = None
+    rotations: list[int] | None = None  # rotated images: silo i rotated by rotations[i mod k] degrees (IFCA)
 
 
 class ModelConfig(_Block):
-    name: Literal["logistic_regression", "mlp", "cnn", "small_cnn", "lenet"] = "logistic_regression"
+    name: Literal["logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet"] = "logistic_regression"
 
 
 class FederationConfig(_Block):
@@ -249,9 +250,11 @@ def _check_consistency(scenario: Scenario) -> None:
     info = DATASETS[data.dataset]
     if data.partition == "dirichlet" and data.alpha is None:
         raise ScenarioError("data.alpha", None, "partition 'dirichlet' needs a concentration alpha > 0")
-    if data.partition == "natural" and info.natural_silos is None:
+    if info.records_per_silo is not None and data.partition != "natural":
+        raise ScenarioError("data.partition", data.partition, f"dataset '{data.dataset}' is drawn as one user of {info.records_per_silo} records per silo; use natural")
+    if data.partition == "natural" and info.natural_silos is None and info.records_per_silo is None:
         raise ScenarioError("data.partition", "natural", f"dataset '{data.dataset}' has no natural silos; use iid, shards or dirichlet")
-    if data.partition == "natural" and data.silos != info.natural_silos:
+    if data.partition == "natural" and info.natural_silos is not None and data.silos != info.natural_silos:
         raise ScenarioError("data.silos", data.silos, f"the natural partition of '{data.dataset}' has exactly {info.natural_silos} silos")
     if data.path is not None and not Path(data.path).expanduser().is_dir():
         raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
@@ -261,6 +264,7 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.partition", data.partition, "with data.users the silos come from the user allocation; use iid (the default) or natural")
     if data.users is not None and info.train_records is not None and data.users.count > info.train_records:
         raise ScenarioError("data.users.count", data.users.count, f"must not exceed the {info.train_records} training records of '{data.dataset}'")
+    _check_task(scenario, kind=info.kind)
     mechanism = mechanism_class(scenario.mechanism.name)
     if mechanism.needs_users and data.users is None:
         raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")
@@ -299,6 +303,28 @@ def _check_mechanism_fits(scenario: Scenario, *, num_classes: int, feature_shape
     except ValueError as exc:
         key, _, problem = str(exc).partition(": ")
         raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
+def _check_task(scenario: Scenario, *, kind: str) -> None:
+    """Regression data, its model and mechanism; ``data.rotations``."""
+    data, model = scenario.data, scenario.model.name
+    if kind == "regression" and model != "linear_regression":
+        raise ScenarioError("model.name", model, f"dataset '{data.dataset}' has real-valued targets; use linear_regression")
+    if kind != "regression" and model == "linear_regression":
+        raise ScenarioError("model.name", model, f"linear_regression is for regression datasets (synthetic_linear), not '{data.dataset}'")
+    mechanism = mechanism_class(scenario.mechanism.name)
+    if kind == "regression" and not mechanism.supports_regression:
+        fitting = [name for name in MECHANISM_NAMES if mechanism_class(name).supports_regression]
+        raise ScenarioError("mechanism.name", mechanism.name, f"dataset '{data.dataset}' is a regression task; mechanisms for it: {', '.join(fitting)}")
+    angles = data.rotations
+    if angles is None:
+        return
+    if kind != "image":
+        raise ScenarioError("data.rotations", angles, f"rotations need an image dataset, not '{data.dataset}' ({kind})")
+    if not angles or any(a % 90 or not 0 <= a < 360 for a in angles) or len(set(angles)) != len(angles):
+        raise ScenarioError("data.rotations", angles, "a non-empty list of distinct angles in degrees among 0, 90, 180, 270")
+    if len(angles) > data.silos:
+        raise ScenarioError("data.rotations", angles, f"more angles than data.silos = {data.silos} (silo i gets angle i mod {len(angles)})")
+    if data.users is not None:
+        raise ScenarioError("data.rotations", angles, "rotations group silos, data.users groups records across silos: use one of them")
 
 
 def _check_protocol(scenario: Scenario) -> None:
@@ -325,18 +351,18 @@ def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tup
         allowed = _allowed_keys(model, tuple(str(p) for p in err["loc"][:-1]))
         return ScenarioError(field, err["input"], f"unknown key; allowed keys here: {', '.join(allowed) or 'none'}")
     if err["type"] == "value_error":
-        return _validator_error(field, err["input"], str(err["ctx"]["error"]))
+        return _validator_error(field, err["input"], str(err["ctx"]["error"]), keys=_allowed_keys(model, tuple(str(p) for p in err["loc"])))
     message = err["msg"]
     message = message[0].lower() + message[1:] if message else message
     return ScenarioError(field, err["input"], message)
 
 
-def _validator_error(field: str, value: Any, message: str) -> ScenarioError:
+def _validator_error(field: str, value: Any, message: str, *, keys: Sequence[str] = ()) -> ScenarioError:
     """A field validator's own words (without pydantic's "Value error, "); a message "key: problem" about a key
-    of a mapping-valued field names that key and its value."""
+    of a mapping-valued field names that key and its value (None where the key, one of ``keys``, is absent)."""
     key, separator, problem = message.partition(": ")
-    if separator and isinstance(value, dict) and key in value:
-        return ScenarioError(f"{field}.{key}", value[key], problem)
+    if separator and isinstance(value, dict) and (key in value or key in keys):
+        return ScenarioError(f"{field}.{key}", value.get(key), problem)
     return ScenarioError(field, value, message)
 
 

@@ -16,7 +16,7 @@ from tests.conftest import REPO, small_scenario
 def test_defaults_fill_a_minimal_scenario():
     scenario = validate_scenario({"name": "x"})
     resolved = scenario.to_dict()
-    assert resolved["data"] == {"dataset": "digits", "partition": "iid", "silos": 5, "alpha": None, "shards_per_silo": 2, "path": None, "users": None}
+    assert resolved["data"] == {"dataset": "digits", "partition": "iid", "silos": 5, "alpha": None, "shards_per_silo": 2, "path": None, "users": None, "rotations": None}
     assert resolved["mechanism"] == {"name": "none"}
     assert resolved["federation"]["client_rate"] == 1.0
 
@@ -144,7 +144,7 @@ def test_min_participants_defaults_to_two_with_secure_aggregation_and_is_checked
 def test_registry_names_match_the_mechanism_classes():
     from mechanisms.registry import MECHANISM_NAMES, mechanism_class
 
-    assert MECHANISM_NAMES == ("dp_sgd", "none", "pldp", "rpdp", "uldp")
+    assert MECHANISM_NAMES == ("dp_sgd", "dprivacy", "none", "pldp", "rpdp", "uldp")
     for name in MECHANISM_NAMES:
         assert mechanism_class(name).name == name
     with pytest.raises(KeyError):

@@ -28,7 +28,9 @@ class Dataset:
     """A labelled train/test split.
 
     ``natural_partition`` holds, for datasets collected by several institutions, the indices into ``x_train``
-    of each institution's records (one array per natural silo); it is ``None`` otherwise.
+    of each institution's records (one array per natural silo); it is ``None`` otherwise. Datasets drawn from
+    several distributions (rotated images, Galli et al.'s two linear models) give the true group of every
+    training and test record in ``train_groups`` / ``test_groups`` (indices into ``group_names``).
     """
 
     name: str
@@ -40,6 +42,9 @@ class Dataset:
     feature_shape: tuple[int, ...]
     kind: str
     natural_partition: tuple[np.ndarray, ...] | None = None
+    train_groups: np.ndarray | None = None
+    test_groups: np.ndarray | None = None
+    group_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,8 @@ class DatasetInfo:
     ``load_dataset(path=...)`` says where to read them); ``natural_silos`` is the number of institutions it was
     collected from, or None when it has no natural partition; ``train_records`` is the size of its training
     split (fixed, whatever the seed), or None when it is known only once loaded; ``num_classes`` is the number
-    of labels (what the loaded :class:`Dataset` says).
+    of labels (what the loaded :class:`Dataset` says). A dataset generated for the federation has
+    ``records_per_silo``: ``load_dataset(silos=S)`` draws S users of that many records each, its natural silos.
     """
 
     name: str
@@ -61,6 +67,7 @@ class DatasetInfo:
     natural_silos: int | None = None
     train_records: int | None = None
     num_classes: int = 10
+    records_per_silo: int | None = None
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -79,6 +86,9 @@ DATASETS: dict[str, DatasetInfo] = {
                     train_records=4000),
         DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
                     (1, 28, 28), train_records=60_000),
+        DatasetInfo("synthetic_linear", "regression",
+                    "Galli et al.'s two linear models y = x.theta_g + U[0,1) in R^2, 10 records per user (one per silo)",
+                    False, (2,), records_per_silo=10),
     )
 }
 
@@ -99,10 +109,11 @@ def missing_data_error(*, name: str, directory: pathlib.Path, missing: str) -> D
     )
 
 
-def load_dataset(name: str, *, path: str | None = None, seed: int = 0) -> Dataset:
+def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: int | None = None) -> Dataset:
     """Load dataset ``name``; ``seed`` fixes the train/test split of sets that ship without one.
 
-    ``path`` is the directory holding the dataset's files (only for datasets with ``needs_path``).
+    ``path`` is the directory holding the dataset's files (only for datasets with ``needs_path``); ``silos`` the
+    number of users a generated dataset (``records_per_silo``) draws, ignored by the others.
     Raises ValueError for an unknown name and DataUnavailableError when the files are missing.
     """
     if name not in DATASETS:
@@ -120,6 +131,12 @@ def load_dataset(name: str, *, path: str | None = None, seed: int = 0) -> Datase
         return _load_mnist(directory=directory or default_data_dir() / "mnist")
     if name == "mnist_5k":
         return _load_mnist_5k(seed=seed)
+    if name == "synthetic_linear":
+        from simulator.data.synthetic import load_synthetic_linear
+
+        if silos is None:
+            raise ValueError("synthetic_linear draws one user per silo: pass silos")
+        return load_synthetic_linear(users=silos, seed=seed)
     return _load_fashion_mnist(directory=directory or FASHION_MNIST_DIR)
 
 

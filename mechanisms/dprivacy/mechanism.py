@@ -1,0 +1,53 @@
+"""``dprivacy``: d-privacy (metric privacy) with IFCA (Galli et al., "Group Privacy for Personalized Federated
+Learning", ICISSP 2023, Algorithms 1 and 2).
+
+The server keeps k hypotheses. Each round every sampled client evaluates its loss under each, trains the best
+one locally, and uploads its parameters perturbed with Euclidean-Laplace noise (``mechanisms.dprivacy.sanitize``),
+without saying which hypothesis it trained; the server runs k-means on the uploads initialised at the current
+hypotheses, and each hypothesis becomes its cluster's mean (``mechanisms.dprivacy.ifca``).
+
+Neighbouring relation: none in the DP sense. d-privacy protects a client's uploaded parameters x against every
+other value x' in proportion to their Euclidean distance, ``exp(eps d(x, x'))``; with the default ``clipped``
+calibration every upload of the same hypothesis lies within R of it, so any two are told apart by at most
+``2n/nu`` per participation, composed over participations by addition (Theorem 3.1;
+``mechanisms.dprivacy.accountant``). The server must see every upload, so secure aggregation is refused.
+"""
+from __future__ import annotations
+
+from mechanisms.base import Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
+from mechanisms.dprivacy.ifca import IfcaServer
+from mechanisms.dprivacy.params import Calibration, DPrivacyParams
+
+HYPOTHESIS_PUBLIC = "which hypothesis each upload trained (its cluster): the leakage bound covers uploads of the same hypothesis"
+UPDATE_NORM_PUBLIC = "each upload's update norm ||delta|| (calibration 'paper' scales the noise by it)"
+
+
+class DPrivacy(Mechanism):
+    """IFCA with d-private uploads (see the module docstring)."""
+
+    name = "dprivacy"
+    Params = DPrivacyParams
+    needs_individual_contributions = True
+    supports_regression = True
+    personalised = True
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        from mechanisms.dprivacy.silo import DPrivacySilo  # torch-side code, imported by the silos only
+
+        return DPrivacySilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        return IfcaServer()
+
+    def num_hypotheses(self) -> int:
+        return self.params.hypotheses
+
+    def accountant(self) -> PrivacyAccountant:
+        from mechanisms.dprivacy.accountant import LeakageAccountant
+
+        return LeakageAccountant(calibration=self.params.calibration, nu=self.params.nu)
+
+    def assumed_public(self) -> tuple[str, ...]:
+        if self.params.calibration is Calibration.PAPER:
+            return (HYPOTHESIS_PUBLIC, UPDATE_NORM_PUBLIC)
+        return (HYPOTHESIS_PUBLIC,)
