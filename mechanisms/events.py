@@ -114,6 +114,9 @@ class LocalDpUpload:
 
     epsilon_per_coordinate: float
     coordinates: int
+
+
+@dataclass(frozen=True)
 class EuclideanLaplaceEvent:
     """One client's d-private upload in one round (Galli et al., ICISSP 2023, Algorithm 2 and Prop. 3.1).
 

@@ -63,6 +63,8 @@ def parameter_count(name: str, *, feature_shape: tuple[int, ...], num_classes: i
 
     if name == "logistic_regression":
         return linear(math.prod(feature_shape), num_classes)
+    if name == "linear_regression":  # no bias
+        return math.prod(feature_shape) * num_classes
     if name == "mlp":
         return linear(math.prod(feature_shape), MLP_HIDDEN) + linear(MLP_HIDDEN, MLP_HIDDEN) + linear(MLP_HIDDEN, num_classes)
     channels, height, width = feature_shape

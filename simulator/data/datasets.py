@@ -88,7 +88,7 @@ DATASETS: dict[str, DatasetInfo] = {
                     (1, 28, 28), train_records=60_000),
         DatasetInfo("synthetic_linear", "regression",
                     "Galli et al.'s two linear models y = x.theta_g + U[0,1) in R^2, 10 records per user (one per silo)",
-                    False, (2,), records_per_silo=10),
+                    False, (2,), records_per_silo=10, num_classes=1),
     )
 }
 
