@@ -119,7 +119,9 @@ class SiloActor:
         self.gpu_fallback = wants_gpu and self.device.type == "cpu"
         self.silo_id = silo_id
         self.num_records = int(labels.shape[0])
+        self.record_ids = np.asarray(record_ids)
         model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes).to(self.device)
+        self.model = model
         fed = scenario.federation
         context = SiloContext(
             silo_id=silo_id,
@@ -146,6 +148,28 @@ class SiloActor:
             # draw (sampling, noise) comes from OS entropy that is never recorded.
             reseed_from_os_entropy(context.generator)
         self.protocol = _silo_protocol(scenario.protocol, silo_id, num_silos=scenario.data.silos)
+        self.features = context.features
+        self._watched: list[np.ndarray] = []
+        self._watch: Any = None
+
+    def watch_inputs(self) -> None:
+        """Measurement only (attack reports, never the server): from now on note which of this silo's records local
+        training feeds to the model, one array of dataset record ids per forward pass (see ``watched_records``)."""
+        self._watched = []
+        self._watch = self._watch or self.model.register_forward_pre_hook(self._note_inputs)
+
+    def _note_inputs(self, _module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        records = self.features.reshape(self.num_records, -1)
+        rows = inputs[0].detach().reshape(inputs[0].shape[0], -1)
+        self._watched.append(self.record_ids[[int(torch.nonzero((records == row).all(dim=1))[0, 0]) for row in rows]])
+
+    def watched_records(self) -> list[np.ndarray]:
+        """Stop watching and return the record ids noted since ``watch_inputs`` (an identical copy of a record
+        counts as the first one)."""
+        if self._watch is not None:
+            self._watch.remove()
+            self._watch = None
+        return self._watched
 
     def info(self) -> SiloInfo:
         if self.refusal is not None:

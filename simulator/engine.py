@@ -126,6 +126,8 @@ def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator
     empty = [i for i, part in enumerate(parts) if len(part) == 0]
     if empty:
         raise ScenarioError("data.silos", data.silos, f"too many silos for {len(dataset.y_train)} records: silo(s) {empty} got none")
+    if data.max_records_per_silo is not None:  # the first records in the partition's (seeded) order
+        parts = [part[: data.max_records_per_silo] for part in parts]
     return parts
 
 
