@@ -83,7 +83,7 @@ def capture_round(scenario: Scenario) -> RoundCapture:
                             name=scenario.model.name)
         records = {info.silo_id: info.num_records for info in federation.placement}
         for silo in attack.targets:
-            _check_target(scenario, silo=silo, records=records[silo])
+            check_target(scenario, silo=silo, records=records[silo])
         for round_index in range(attack.round - 1):
             federation.run_round(round_index)
         state = _state_vector(federation.model_state(), scenario=scenario, dataset=dataset)
@@ -91,16 +91,22 @@ def capture_round(scenario: Scenario) -> RoundCapture:
         report = federation.run_round(attack.round - 1)
         watched = dict(zip(attack.targets, ray.get([federation.silos[s].watched_records.remote() for s in attack.targets])))
         inbox = federation.server_inbox()
-    for silo in attack.targets:
-        if silo not in report.participants:
-            sampled = ", ".join(map(str, report.participants)) or "none: the round was skipped"
-            raise ScenarioError("attack.target_silo", silo, f"silo {silo} was not sampled in round {attack.round} (participants: {sampled})")
+    check_sampled(scenario, participants=report.participants)
     observations = {s: make_observation(scenario, payload=inbox[s], state=state, silo_records=records[s], dataset=dataset) for s in attack.targets}
     truths = {s: ground_truth(watched[s], dataset=dataset, steps_share_batch=observations[s].steps_share_batch) for s in attack.targets}
     return RoundCapture(round=attack.round, participants=report.participants, observations=observations, truths=truths)
 
 
-def _check_target(scenario: Scenario, *, silo: int, records: int) -> None:
+def check_sampled(scenario: Scenario, *, participants: tuple[int, ...]) -> None:
+    """Refuse (exit 2) an attack on a silo that did not upload in the attacked round."""
+    for silo in scenario.attack.targets:
+        if silo not in participants:
+            sampled = ", ".join(map(str, participants)) or "none: the round was skipped"
+            raise ScenarioError("attack.target_silo", silo, f"silo {silo} was not sampled in round {scenario.attack.round} (participants: {sampled})")
+
+
+def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
+    """Refuse (exit 2) a batch larger than the target's records, and iDLG on a round that trains several records."""
     batch, steps = scenario.federation.batch_size, scenario.federation.local_steps
     if batch > records:
         raise ScenarioError("attack.batch_size", batch, f"larger than silo {silo}'s {records} records")
@@ -118,4 +124,4 @@ def _state_vector(state_dict: Mapping[str, Any], *, scenario: Scenario, dataset:
     return model_to_vector(model)
 
 
-__all__ = ["GroundTruth", "RoundCapture", "capture_round", "ground_truth", "make_observation"]
+__all__ = ["GroundTruth", "RoundCapture", "capture_round", "check_sampled", "check_target", "ground_truth", "make_observation"]
