@@ -165,6 +165,7 @@ def _cmd_list(_: argparse.Namespace) -> int:
     print("models: " + ", ".join(MODELS))
     print("partitions: " + ", ".join(PARTITIONS))
     print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true)")
+    print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")
     return 0
 
 

@@ -63,8 +63,9 @@ IMPORT_PROBE = (
         (["validate", str(HEART_DPSGD), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_grid.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
+        (["validate", str(REPO / "scenarios" / "attacks" / "lfw_dlg.yaml")], ("skimage",)),
     ],
-    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid"],
+    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-attack"],
 )
 def test_list_and_validate_load_neither_torch_nor_ray_nor_matplotlib(args, also_absent, request):
     if any("heart_disease" in arg for arg in args):
