@@ -3,8 +3,10 @@
 **DLG** (Zhu, Liu and Han, "Deep Leakage from Gradients", NeurIPS 2019; mit-han-lab/dlg): dummy inputs x' and
 dummy label logits y', both drawn from N(0, 1), are optimised with L-BFGS so that the attacker's model of the
 silo's local training, run on (x', softmax(y')), produces the observed gradient; the loss is the sum over the
-model's layers of the squared L2 distance between the two gradients. The predicted label of a record is
-argmax y'. **iDLG** (Zhao, Mopuri and Bilen, "iDLG: Improved Deep Leakage from Gradients", 2020): for a single
+model's layers of the squared L2 distance between the two gradients, divided by the squared norm of the observed
+gradient (a constant, so the same minimiser: L-BFGS's absolute stopping tolerances then act on a relative
+error; with the plain sum a record whose gradient is small, e.g. of a confident model, stopped at 20 dB where
+the relative loss reaches 47-48 dB). The predicted label of a record is argmax y'. **iDLG** (Zhao, Mopuri and Bilen, "iDLG: Improved Deep Leakage from Gradients", 2020): for a single
 record the cross-entropy gradient of the last layer's bias is ``softmax(logits) - onehot(label)``, negative at
 the label only, so the label is the argmin of that entry (without a bias, of the row sums of the last weight's
 gradient, which has the same signs when the features are non-negative); then the input alone is optimised.
@@ -94,9 +96,11 @@ def invert(observation: Observation, *, settings: InversionSettings, generator: 
         def targets() -> torch.Tensor:
             return fixed
 
+    scale = _squared_norm(observed)
+
     def objective() -> torch.Tensor:
         simulated = accumulated_gradient(model, start, inputs, targets(), observation=observation)
-        return sum(((s - o) ** 2).sum() for s, o in zip(simulated, observed))
+        return sum(((s - o) ** 2).sum() for s, o in zip(simulated, observed)) / scale
 
     best, losses, snapshots, restarts = _optimise(objective, variables, settings=settings)
     labels = best[1].argmax(dim=-1).numpy() if settings.method == "dlg" else np.full(count, label)
@@ -174,6 +178,12 @@ def check_has_gradients(model: torch.nn.Module, *, name: str) -> None:
     """Refuse (exit 2) a model with no trainable parameter: there is no gradient to invert."""
     if not any(p.requires_grad for p in model.parameters()):
         raise ScenarioError("model.name", name, "has no trainable parameters, so its uploads carry no gradient to invert")
+
+
+def _squared_norm(tensors: list[torch.Tensor]) -> float:
+    """The squared L2 norm over all layers; 1 where it is 0 or not finite (nothing to normalise by)."""
+    value = float(sum((t.double() ** 2).sum() for t in tensors))
+    return value if math.isfinite(value) and value > 0 else 1.0
 
 
 def _split_like(vector: np.ndarray, like: list[torch.Tensor]) -> list[torch.Tensor]:
