@@ -126,6 +126,15 @@ class SiloWorker:
         self.construction_seconds = time.perf_counter() - started
         return self.info()
 
+    def watch_inputs(self, silo_ids: tuple[int, ...]) -> None:
+        """Measurement only (attack reports, never the server): see :meth:`Silo.watch_inputs`."""
+        for silo_id in silo_ids:
+            self.silos[silo_id].watch_inputs()
+
+    def watched_records(self, silo_ids: tuple[int, ...]) -> dict[int, list[np.ndarray]]:
+        """Per named silo, the records noted since ``watch_inputs`` (see :meth:`Silo.watched_records`)."""
+        return {silo_id: self.silos[silo_id].watched_records() for silo_id in silo_ids}
+
     def release(self) -> None:
         """Drop the hosted silos (the run is over)."""
         self.silos = {}

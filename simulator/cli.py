@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, sweep, merge, validate, list, data fetch.
+"""The ``privsilo`` command line: run, attack, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory. Every command imports what
@@ -29,6 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario key (repeatable)")
     run.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    attack = commands.add_parser("attack", help="run a scenario's gradient-inversion attack (attack: block) and score it")
+    attack.add_argument("scenario", type=Path, help="scenario YAML file (its attack: block; defaults where absent)")
+    attack.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>_attack)")
+    attack.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario key (repeatable)")
+    attack.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
+    attack.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
@@ -78,6 +85,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     final = result.final
     privacy = privacy_line(result.privacy)  # epsilon only where a guarantee covers the run
     print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
+    print(f"results written to {out}")
+    return 0
+
+
+def _cmd_attack(args: argparse.Namespace) -> int:
+    from simulator.scenario import resolve_scenario, with_attack_block
+
+    scenario = with_attack_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
+    from simulator.attacks.runner import attack
+
+    out = args.out or Path("runs") / f"{scenario.name}_attack"
+    report = attack(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
+    print(report.headline())
     print(f"results written to {out}")
     return 0
 
@@ -145,6 +165,7 @@ def _cmd_list(_: argparse.Namespace) -> int:
     print("models: " + ", ".join(MODELS))
     print("partitions: " + ", ".join(PARTITIONS))
     print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true)")
+    print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")
     return 0
 
 
@@ -158,7 +179,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

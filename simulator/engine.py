@@ -136,6 +136,8 @@ def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator
     empty = [i for i, part in enumerate(parts) if len(part) == 0]
     if empty:
         raise ScenarioError("data.silos", data.silos, f"too many silos for {len(dataset.y_train)} records: silo(s) {empty} got none")
+    if data.max_records_per_silo is not None:  # the first records in the partition's (seeded) order
+        parts = [part[: data.max_records_per_silo] for part in parts]
     return parts
 
 
@@ -300,6 +302,23 @@ class Federation:
             if isinstance(cause, EncodingOverflowError):
                 raise _overflow_as_scenario_error(self.scenario, cause) from None
             raise
+
+    def watch_inputs(self, silo_ids: Sequence[int]) -> None:
+        """Measurement only, for attack reports (never the server): the named silos note which of their records
+        local training feeds to the model from now on (see :meth:`watched_records`)."""
+        ray.get([self.workers[w].watch_inputs.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
+
+    def watched_records(self, silo_ids: Sequence[int]) -> dict[int, list[np.ndarray]]:
+        """Per named silo, the record ids its local training fed to the model since :meth:`watch_inputs`."""
+        replies = ray.get([self.workers[w].watched_records.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
+        return {silo: records for reply in replies for silo, records in reply.items()}
+
+    def _by_worker(self, silo_ids: Sequence[int]) -> dict[int, tuple[int, ...]]:
+        host = {silo: worker for worker, hosted in enumerate(self.packing) for silo in hosted}
+        grouped: dict[int, tuple[int, ...]] = {}
+        for silo in silo_ids:
+            grouped[host[silo]] = grouped.get(host[silo], ()) + (int(silo),)
+        return grouped
 
     def server_inbox(self) -> dict[int, Any]:
         """The protocol messages the server received in the last round, by silo id."""

@@ -1,7 +1,8 @@
 """Scenario files: schema, defaults, loading, ``--set`` overrides and validation.
 
 A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
-``mechanism``, ``protocol``, ``resources`` and ``ray`` (every key is documented in the README). Validation
+``mechanism``, ``protocol``, ``resources``, ``ray`` and, for gradient-inversion attacks, ``attack`` (every key is
+documented in the README). Validation
 turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
 allowed; a file that cannot be read as a YAML mapping is one :class:`~simulator.errors.ScenarioFileError` naming
 the file (and the line and column of a YAML syntax error). Scripts rely on these key names: extend the schema,
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
@@ -19,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
 from simulator.errors import ScenarioError, ScenarioFileError
+
+if TYPE_CHECKING:
+    from simulator.data import DatasetInfo
 
 
 class _Block(BaseModel):
@@ -42,6 +46,7 @@ class DataConfig(_Block):
     path: str | None = None
     users: UsersConfig | None = None
     rotations: list[int] | None = None  # rotated images: silo i rotated by rotations[i mod k] degrees (IFCA)
+    max_records_per_silo: int | None = Field(None, ge=1)
 
 
 class ModelConfig(_Block):
@@ -100,6 +105,46 @@ class RayConfig(_Block):
     connect_timeout: float = Field(30.0, gt=0, allow_inf_nan=False)
 
 
+class AttackConfig(_Block):
+    """``attack``: a gradient-inversion attack by the honest-but-curious server on one round's uploads
+    (``privsilo attack``, and sweeps whose scenarios carry the block); see :mod:`simulator.attacks`."""
+
+    method: Literal["dlg", "idlg"] = "dlg"
+    target_silo: int | list[int] = 0
+    round: int = Field(1, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    iterations: int = Field(300, ge=1)
+    seeds: int | list[int] = 1
+    line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
+    success_psnr: float = Field(30.0, gt=0, allow_inf_nan=False)
+    num_cpus: float = Field(1.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("target_silo")
+    @classmethod
+    def _silo_ids(cls, value: int | list[int]) -> int | list[int]:
+        ids = [value] if isinstance(value, int) else value
+        if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError("a silo id >= 0 or a non-empty list of distinct silo ids")
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_list(cls, value: int | list[int]) -> int | list[int]:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("a seed count must be >= 1")
+        if isinstance(value, list) and (not value or any(s < 0 for s in value) or len(set(value)) != len(value)):
+            raise ValueError("a seed count N (seeds 0..N-1) or a non-empty list of distinct integers >= 0")
+        return value
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        return (self.target_silo,) if isinstance(self.target_silo, int) else tuple(self.target_silo)
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        return tuple(range(self.seeds)) if isinstance(self.seeds, int) else tuple(self.seeds)
+
+
 class MechanismConfig(_Block):
     name: str = "none"
     params: SerializeAsAny[MechanismParams] = Field(default_factory=MechanismParams)
@@ -118,13 +163,15 @@ class Scenario(_Block):
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    attack: AttackConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
-        return {key: raw[key] for key in order}
+        # A scenario without an attack block keeps the form (and journal hash) it had before the block existed.
+        return {key: raw[key] for key in order} | ({} if self.attack is None else {"attack": raw["attack"]})
 
 
 def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -220,8 +267,26 @@ def validate_scenario(raw: Mapping[str, Any] | Scenario) -> Scenario:
     except ValidationError as exc:
         raise _to_scenario_error(exc, Scenario) from None
     scenario = scenario.model_copy(update={"mechanism": _validate_mechanism(mechanism_raw)})
+    scenario = _with_attack_batch(scenario)
     _check_consistency(scenario)
     return scenario
+
+
+def with_attack_block(scenario: Scenario, *, address: str | None = None) -> Scenario:
+    """The scenario with an ``attack`` block (the defaults where it has none) and, if given, ``ray.address``."""
+    if scenario.attack is not None and not address:
+        return scenario
+    raw = scenario.to_dict()
+    return validate_scenario({**raw, "attack": raw.get("attack", {}), "ray": {**raw["ray"], "address": address or raw["ray"]["address"]}})
+
+
+def _with_attack_batch(scenario: Scenario) -> Scenario:
+    """``attack.batch_size``, when set, is the batch of every silo's local steps in the run: it replaces
+    ``federation.batch_size`` (so the attacked upload and a sweep's accuracy come from the same training)."""
+    attack = scenario.attack
+    if attack is None or attack.batch_size is None or attack.batch_size == scenario.federation.batch_size:
+        return scenario
+    return scenario.model_copy(update={"federation": scenario.federation.model_copy(update={"batch_size": attack.batch_size})})
 
 
 def _validate_mechanism(raw: Any) -> MechanismConfig:
@@ -260,6 +325,8 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
     if not model_supports(scenario.model.name, info.feature_shape):
         raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
+    if data.users is not None and data.max_records_per_silo is not None:
+        raise ScenarioError("data.max_records_per_silo", data.max_records_per_silo, "cannot be combined with data.users (the users' records decide the silos)")
     if data.users is not None and data.partition not in ("iid", "natural"):
         raise ScenarioError("data.partition", data.partition, "with data.users the silos come from the user allocation; use iid (the default) or natural")
     if data.users is not None and info.train_records is not None and data.users.count > info.train_records:
@@ -283,6 +350,8 @@ def _check_consistency(scenario: Scenario) -> None:
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
         raise ScenarioError("resources.silos_per_actor", packing, f"must not exceed data.silos = {data.silos}")
+    if scenario.attack is not None:
+        _check_attack(scenario, info)
     for role in ("server", "silo"):
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):
@@ -341,6 +410,34 @@ def _check_protocol(scenario: Scenario) -> None:
             f"must not exceed data.silos = {silos}, or every round would be skipped"
             + (" (secure aggregation needs 2, so at least 2 silos)" if protocol.secure_aggregation else ""),
         )
+
+
+def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
+    """The ``attack`` block against the rest of the scenario (what is known before any data is partitioned)."""
+    from simulator.attacks.config import ATTACKABLE_MECHANISMS
+    from simulator.data import DATASETS
+
+    attack, name = scenario.attack, scenario.mechanism.name
+    if info.pixel_scale is None:
+        images = ", ".join(sorted(n for n, d in DATASETS.items() if d.pixel_scale is not None))
+        raise ScenarioError("data.dataset", scenario.data.dataset, f"attacks reconstruct images; use one of {images}")
+    if name not in ATTACKABLE_MECHANISMS:
+        raise ScenarioError(
+            "mechanism.name", name,
+            f"the attack reads a silo's upload as the model delta of its local SGD steps ([weight x delta, weight]); "
+            f"'{name}' uploads something else; attackable: {', '.join(ATTACKABLE_MECHANISMS)}",
+        )
+    for silo in attack.targets:
+        if silo >= scenario.data.silos:
+            raise ScenarioError("attack.target_silo", silo, f"no such silo: data.silos = {scenario.data.silos} (ids 0..{scenario.data.silos - 1})")
+    if attack.round > scenario.federation.rounds:
+        raise ScenarioError("attack.round", attack.round, f"the run has federation.rounds = {scenario.federation.rounds} (rounds are 1-based)")
+    batch = scenario.federation.batch_size
+    if attack.method == "idlg" and batch != 1:
+        raise ScenarioError("attack.batch_size", batch, "idlg reads the label of a single record: set attack.batch_size to 1")
+    cap = scenario.data.max_records_per_silo
+    if cap is not None and batch > cap:
+        raise ScenarioError("attack.batch_size", batch, f"larger than the silos' records (data.max_records_per_silo = {cap})")
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:

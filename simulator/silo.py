@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,6 +72,7 @@ class Silo:
     ) -> None:
         self.silo_id = spec.silo_id
         self.num_records = int(labels.shape[0])
+        self.record_ids = np.array(spec.record_ids)
         fed = scenario.federation
         context = SiloContext(
             silo_id=spec.silo_id,
@@ -99,6 +101,28 @@ class Silo:
         self.protocol = mechanism.silo_protocol(
             context, fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants
         ) or silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
+        self._model, self._features = context.model, context.features
+        self._watched: list[np.ndarray] = []
+        self._watch: Any = None
+
+    def watch_inputs(self) -> None:
+        """Measurement only (attack reports, never the server): from now on note which of this silo's records local
+        training feeds to the model, one array of dataset record ids per forward pass (see ``watched_records``)."""
+        self._watched = []
+        self._watch = self._watch or self._model.register_forward_pre_hook(self._note_inputs)
+
+    def _note_inputs(self, _module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        records = self._features.reshape(self.num_records, -1)
+        rows = inputs[0].detach().reshape(inputs[0].shape[0], -1)
+        self._watched.append(self.record_ids[[int(torch.nonzero((records == row).all(dim=1))[0, 0]) for row in rows]])
+
+    def watched_records(self) -> list[np.ndarray]:
+        """Stop watching and return the record ids noted since ``watch_inputs`` (an identical copy of a record
+        counts as the first one)."""
+        if self._watch is not None:
+            self._watch.remove()
+            self._watch = None
+        return self._watched
 
     def setup_events(self) -> tuple[PrivacyEvent, ...]:
         if self.refusal is not None:

@@ -10,10 +10,14 @@ A grid file names a base scenario (a path relative to the grid file), the seeds 
       mechanism.variant: {rPDP: rpdp, Dropout: dropout}
 
 Each axis maps a dotted scenario key to ``{label: value}``; the value replaces the key in the base scenario
-(after the ``--set`` overrides). Every combination is validated before the first run, all runs share one Ray
-session, and the output directory (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png``, for rPDP
-grids ``epsilon_curve.png`` and ``budget_vs_spent.png``, and the plots of the base mechanism's
-``sweep_plotter``, e.g. uldp's per-round accuracy and epsilon) is written atomically. Finished runs are journaled
+(after the ``--set`` overrides). An axis may instead be a free name (``defence``) whose labels each map several
+dotted keys to values (``{none: {mechanism.name: none}, secagg: {protocol.secure_aggregation: true}}``).
+Every combination is validated before the first run, all runs share one Ray session, and the output directory
+(``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP grids, ``epsilon_curve.png`` and
+``budget_vs_spent.png``, and the plots of the base mechanism's ``sweep_plotter``, e.g. uldp's per-round accuracy
+and epsilon) is written atomically. When the scenarios carry an ``attack`` block, every run is also
+attacked (:func:`simulator.attacks.runner.attack` on the same scenario) and the tables get the attack's PSNR,
+SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
 (:mod:`simulator.sweep_journal`), so an interrupted sweep resumes when run again.
 """
 from __future__ import annotations
@@ -39,6 +43,9 @@ from simulator.sweep_journal import SweepJournal, scenario_key
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
 TABLE_COLUMNS = ("accuracy_mean", "accuracy_std", "seeds", "epsilon_mean")
+# Only in sweeps whose scenarios carry an attack block: after RUN_COLUMNS / TABLE_COLUMNS.
+ATTACK_RUN_COLUMNS = ("attack_psnr", "attack_ssim", "attack_success_rate")
+ATTACK_TABLE_COLUMNS = ("attack_psnr_mean", "attack_ssim_mean", "attack_success_rate_mean")
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,11 @@ class Grid:
 
     def scenario(self, labels: Mapping[str, str], seed: int) -> Scenario:
         """The validated scenario of one combination and seed."""
-        assignments = [f"{key}={json.dumps(self.axes[key][label])}" for key, label in labels.items()]
+        assignments = []
+        for key, label in labels.items():
+            value = self.axes[key][label]
+            settings = value.items() if _is_settings_axis(key) else [(key, value)]
+            assignments += [f"{path}={json.dumps(setting)}" for path, setting in settings]
         raw = apply_overrides(self.base, assignments)
         raw.update(seed=seed, name=f"{self.name}-{'-'.join(labels.values())}-s{seed}")
         try:
@@ -80,6 +91,9 @@ class SweepRun:
     seconds: float
     accuracy_per_round: tuple[float, ...] = ()  # for the mechanism's own plots (journaled, not in runs.csv)
     epsilon_per_round: tuple[float | None, ...] = ()
+    attack_psnr: float | None = None  # with an attack block: mean over its (silo, seed) attacks
+    attack_ssim: float | None = None
+    attack_success_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,14 +175,31 @@ def _seeds(value: Any, field: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _is_settings_axis(key: str) -> bool:
+    """An axis named freely (not a path into a scenario block), whose labels each set several keys."""
+    return key.split(".")[0] not in Scenario.model_fields
+
+
 def _check_axis_keys(grid: Grid) -> None:
-    """An axis must change an existing block's key; validation catches unknown leaf keys."""
-    blocks = set(Scenario.model_fields)
-    for key in grid.axes:
-        head = key.split(".")[0]
-        if head not in blocks or head in ("name", "seed"):
-            allowed = ", ".join(sorted(blocks - {"name", "seed"}))
-            raise ScenarioError(f"grid.axes.{key}", key, f"axis keys are dotted paths into the blocks {allowed}")
+    """An axis must change an existing block's key (a settings axis: every label's keys must); validation
+    catches unknown leaf keys."""
+    blocks = set(Scenario.model_fields) - {"name", "seed"}
+    allowed = ", ".join(sorted(blocks))
+
+    def check(path: Any, field: str) -> None:
+        if not isinstance(path, str) or path.split(".")[0] not in blocks:
+            raise ScenarioError(field, path, f"axis keys are dotted paths into the blocks {allowed}, or a name whose "
+                                             "labels each map such paths to values")
+
+    for key, values in grid.axes.items():
+        if not _is_settings_axis(key):
+            check(key, f"grid.axes.{key}")
+            continue
+        for label, settings in values.items():
+            if not isinstance(settings, dict) or not settings:
+                check(key, f"grid.axes.{key}")
+            for path in settings:
+                check(path, f"grid.axes.{key}.{label}")
 
 
 def sweep(
@@ -205,7 +236,7 @@ def sweep(
                 result = run(scenario, address=address)
                 if key == reference:
                     journal.save_records(key, rebuild_accountant(result).per_record())
-                done = _sweep_run(labels, seed, result)
+                done = _sweep_run(labels, seed, result, attacked=_attack_summary(scenario, address=address))
                 journal.add_run(key, done)
                 finished[key] = dataclasses.asdict(done)
     # Labels come from the grid as it is now (a renamed label keeps its journaled results).
@@ -246,8 +277,18 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
             plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
 
 
-def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
+def _attack_summary(scenario: Scenario, *, address: str | None) -> dict[str, float | None] | None:
+    """The scenario's attack (same seed, so the same rounds as its run) summarised, or None without a block."""
+    if scenario.attack is None:
+        return None
+    from simulator.attacks.runner import attack
+
+    return attack(scenario, address=address).summary()
+
+
+def _sweep_run(labels: dict[str, str], seed: int, result: Any, *, attacked: Mapping[str, float | None] | None = None) -> SweepRun:
     privacy = result.privacy
+    attacked = attacked or {}
     return SweepRun(
         labels=labels,
         seed=seed,
@@ -258,31 +299,47 @@ def _sweep_run(labels: dict[str, str], seed: int, result: Any) -> SweepRun:
         seconds=float(result.timing["total_seconds"]),
         accuracy_per_round=tuple(float(r.report.accuracy) for r in result.rounds),
         epsilon_per_round=tuple(r.epsilon for r in result.rounds),
+        attack_psnr=attacked.get("psnr"),
+        attack_ssim=attacked.get("ssim"),
+        attack_success_rate=attacked.get("success_rate"),
     )
+
+
+def _attacked(runs: Sequence[SweepRun]) -> bool:
+    return any(item.attack_success_rate is not None for item in runs)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict[str, Any]]:
     """Per axis combination (in first-seen order): mean and std (ddof 0; None with one seed) of accuracy, seed
-    count, mean epsilon."""
+    count, mean epsilon; in an attacked sweep also the means of the attack's PSNR, SSIM and success rate."""
     groups: dict[tuple[str, ...], list[SweepRun]] = {}
     for item in runs:
         groups.setdefault(tuple(item.labels[a] for a in axes), []).append(item)
+    attacked = _attacked(runs)
     for labels, members in groups.items():
         accuracy = np.array([m.accuracy for m in members])
-        epsilons = [m.epsilon for m in members if m.epsilon is not None]
-        yield {
+        row = {
             **dict(zip(axes, labels)),
             "accuracy_mean": float(accuracy.mean()),
             "accuracy_std": float(accuracy.std()) if accuracy.size > 1 else None,
             "seeds": len(members),
-            "epsilon_mean": float(np.mean(epsilons)) if epsilons else None,
+            "epsilon_mean": _mean([m.epsilon for m in members]),
         }
+        if attacked:
+            row.update({f"{column}_mean": _mean([getattr(m, column) for m in members]) for column in ATTACK_RUN_COLUMNS})
+        yield row
 
 
 def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str) -> None:
     """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``; with per-round accuracies
-    (a sweep's own runs, not merged ones) also ``curves.csv`` and ``accuracy_per_round.png``."""
-    from simulator.sweep_plots import plot_accuracy_per_round, plot_comparison
+    (a sweep's own runs, not merged ones) also ``curves.csv`` and ``accuracy_per_round.png``, and for an attacked
+    sweep ``attack_vs_accuracy.png``."""
+    from simulator.sweep_plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
 
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
     write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
@@ -291,6 +348,8 @@ def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Map
     if all(item.accuracy_per_round for item in runs):
         write_curves_csv(runs, axes=axes, path=staging / "curves.csv")
         plot_accuracy_per_round(runs, axes=axes, num_seeds=num_seeds, title=title, path=staging / "accuracy_per_round.png")
+    if _attacked(runs):
+        plot_attack_vs_accuracy(table, axes=axes, title=title, path=staging / "attack_vs_accuracy.png")
 
 
 def write_curves_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
@@ -304,12 +363,14 @@ def write_curves_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Pat
 
 
 def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
-    """``runs.csv``: one row per run (axis labels, then ``RUN_COLUMNS``; empty cells for no DP guarantee)."""
+    """``runs.csv``: one row per run (axis labels, then ``RUN_COLUMNS``, then ``ATTACK_RUN_COLUMNS`` in an attacked
+    sweep; empty cells for no DP guarantee or no image to score)."""
+    columns = (*RUN_COLUMNS, *(ATTACK_RUN_COLUMNS if _attacked(runs) else ()))
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*axes, *RUN_COLUMNS])
+        writer.writerow([*axes, *columns])
         for item in runs:
-            values = [getattr(item, column) for column in RUN_COLUMNS]
+            values = [getattr(item, column) for column in columns]
             writer.writerow([*(item.labels[a] for a in axes), *("" if v is None else repr(v) for v in values)])
 
 
@@ -317,13 +378,15 @@ def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
     """The axes and runs of a sweep's ``runs.csv`` (empty cells -> None)."""
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))
-    if not rows or tuple(rows[0][-len(RUN_COLUMNS):]) != RUN_COLUMNS or len(rows[0]) <= len(RUN_COLUMNS):
+    header = tuple(rows[0]) if rows else ()
+    columns = (*RUN_COLUMNS, *ATTACK_RUN_COLUMNS) if header[-len(ATTACK_RUN_COLUMNS):] == ATTACK_RUN_COLUMNS else RUN_COLUMNS
+    if not rows or header[-len(columns):] != columns or len(header) <= len(columns):
         raise PrivsiloError(f"merge: {path} is not a privsilo sweep runs.csv (expected axis columns, then {', '.join(RUN_COLUMNS)})")
-    axes = rows[0][: -len(RUN_COLUMNS)]
+    axes = rows[0][: -len(columns)]
     runs = []
     for row in rows[1:]:
         labels, values = row[: len(axes)], row[len(axes):]
-        fields = dict(zip(RUN_COLUMNS, values))
+        fields = dict(zip(columns, values))
         number = {k: None if v == "" else float(v) for k, v in fields.items() if k != "seed"}
         runs.append(SweepRun(labels=dict(zip(axes, labels)), seed=int(fields["seed"]), **number))
     return axes, runs
@@ -331,22 +394,30 @@ def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
 
 def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_path: Path, md_path: Path) -> None:
     """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals; no spread where a
-    combination has one seed)."""
+    combination has one seed; attack PSNR in dB and success rate where the sweep attacked)."""
+    attacked = bool(table) and ATTACK_TABLE_COLUMNS[0] in table[0]
+    columns = (*TABLE_COLUMNS, *(ATTACK_TABLE_COLUMNS if attacked else ()))
     with csv_path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*axes, *TABLE_COLUMNS])
+        writer.writerow([*axes, *columns])
         for row in table:
-            writer.writerow(["" if row[c] is None else row[c] for c in (*axes, *TABLE_COLUMNS)])
+            writer.writerow(["" if row[c] is None else row[c] for c in (*axes, *columns)])
     spread = any(row["accuracy_std"] is not None for row in table)
+    extra = ["attack PSNR (dB)", "attack SSIM", "attack success"] if attacked else []
     lines = [
-        "| " + " | ".join([*axes, "accuracy (mean ± std)" if spread else "accuracy", "seeds", "epsilon (mean)"]) + " |",
-        "|" + "---|" * (len(axes) + 3),
+        "| " + " | ".join([*axes, "accuracy (mean ± std)" if spread else "accuracy", "seeds", "epsilon (mean)", *extra]) + " |",
+        "|" + "---|" * (len(axes) + 3 + len(extra)),
     ]
     for row in table:
         eps = "-" if row["epsilon_mean"] is None or not math.isfinite(row["epsilon_mean"]) else f"{row['epsilon_mean']:.3g}"
         accuracy = f"{row['accuracy_mean']:.4f}" + ("" if row["accuracy_std"] is None else f" ± {row['accuracy_std']:.4f}")
-        lines.append("| " + " | ".join([*(row[a] for a in axes), accuracy, str(row["seeds"]), eps]) + " |")
+        cells = [_cell(row[c], spec) for c, spec in zip(ATTACK_TABLE_COLUMNS, (".1f", ".3f", ".0%"))] if attacked else []
+        lines.append("| " + " | ".join([*(row[a] for a in axes), accuracy, str(row["seeds"]), eps, *cells]) + " |")
     md_path.write_text("\n".join(lines) + "\n")
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def rebuild_accountant(result: Any) -> Any:

@@ -56,3 +56,20 @@ def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], nu
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_attack_vs_accuracy(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], title: str, path: Path) -> None:
+    """One point per axis combination (e.g. per defence): mean attack PSNR against mean final accuracy, with the
+    attack's success threshold of 30 dB; a combination without a scored attack is left out."""
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    for row in table:
+        if row["attack_psnr_mean"] is None:
+            continue
+        label = " / ".join(row[a] for a in axes)
+        ax.scatter(row["accuracy_mean"], row["attack_psnr_mean"], s=30)
+        ax.annotate(label, (row["accuracy_mean"], row["attack_psnr_mean"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.axhline(30.0, color="0.5", lw=0.8, ls="--")
+    ax.set(xlabel="final test accuracy (mean over seeds)", ylabel="attack PSNR, dB (mean)", title=f"{title}: attack vs accuracy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -64,8 +64,9 @@ IMPORT_PROBE = (
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_grid.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(QUICKSTART), "--set", "mechanism={name: pldp, ranges: tau1, coordinates: 10}"], ()),
+        (["validate", str(REPO / "scenarios" / "attacks" / "lfw_dlg.yaml")], ("skimage",)),
     ],
-    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp"],
+    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp", "validate-attack"],
 )
 def test_list_and_validate_load_neither_torch_nor_ray_nor_matplotlib(args, also_absent, request):
     if any("heart_disease" in arg for arg in args):

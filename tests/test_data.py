@@ -99,6 +99,7 @@ def test_default_data_dir_follows_environment(monkeypatch, tmp_path):
     ("digits", (1, 8, 8), 10, 1797),
     ("breast_cancer", (30,), 2, 569),
     ("mnist_5k", (1, 28, 28), 10, 5000),
+    ("lfw", (1, 25, 25), 2, 200),
 ])
 def test_bundled_dataset_shapes_dtypes_and_labels(name, shape, classes, total):
     dataset = load_dataset(name, seed=0)

@@ -14,7 +14,7 @@ from simulator.cli import EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.rpdp_plots import budget_vs_spent_figure
-from simulator.sweep import SweepResult, SweepRun, load_grid, summarise, sweep, write_runs_csv, write_table
+from simulator.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
 from tests.conftest import REPO, small_scenario
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png",
@@ -105,7 +105,7 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
 
 def test_shipped_grids_load_and_every_combination_validates():
     grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
-    assert len(grids) == 7
+    assert len(grids) == 8
     for path in grids:
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
@@ -114,6 +114,9 @@ def test_shipped_grids_load_and_every_combination_validates():
         elif path.parent.name == "pldp":  # 3 ranges x 3 budgets x 2 perturb modes, the paper's 100 clients
             assert len(scenarios) == 18 * len(grid.seeds)
             assert {(s.mechanism.name, s.data.silos, s.federation.client_rate) for s in scenarios} == {("pldp", 100, 0.7)}
+        elif path.parent.name == "attacks":  # every defence, each run attacked
+            assert {s.mechanism.name for s in scenarios} == {"none", "dp_sgd", "rpdp"} and all(s.attack for s in scenarios)
+            assert sum(s.protocol.secure_aggregation for s in scenarios) == len(grid.seeds)
         else:  # uldp: every variant of the axis, each with its own user-level accounting
             assert {s.mechanism.name for s in scenarios} == {"uldp"} and len(scenarios) >= 3 * len(grid.seeds)
 
@@ -249,3 +252,34 @@ def test_budget_vs_spent_shows_every_budget_level_of_the_named_run():
     assert points.size == 486  # every record drawn
     continuous = budget_vs_spent_figure({"budget": np.linspace(0.1, 10, 50), "spent": np.linspace(0.09, 9, 50)}, run="x")
     assert [t.get_text() for t in continuous.axes[0].get_legend().get_texts()] == ["50 records", "spent = budget"]
+
+
+def test_a_settings_axis_sets_several_keys_and_attacked_runs_get_attack_columns(tmp_path):
+    base = small_scenario(model={"name": "lenet"}, attack={"iterations": 5})
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    defences = {"none": {"mechanism.name": "none"}, "secagg": {"protocol.secure_aggregation": True, "protocol.min_participants": 3},
+                "dp": {"mechanism": {"name": "dp_sgd", "noise_multiplier": 0.1}}}
+    grid_path = tmp_path / "grid.yaml"
+    grid_path.write_text(yaml.safe_dump({"name": "defences", "base": "base.yaml", "axes": {"defence": defences}}))
+    grid = load_grid(grid_path)
+    secagg, dp = grid.scenario({"defence": "secagg"}, 0), grid.scenario({"defence": "dp"}, 0)
+    assert secagg.protocol.secure_aggregation and secagg.protocol.min_participants == 3 and secagg.mechanism.name == "none"
+    assert dp.mechanism.name == "dp_sgd" and dp.mechanism.params.noise_multiplier == 0.1 and dp.attack.iterations == 5
+
+    runs = [SweepRun(labels={"defence": label}, seed=0, accuracy=acc, loss=1.0, epsilon=eps, max_spent_over_budget=None, seconds=1.0,
+                     attack_psnr=psnr, attack_ssim=ssim, attack_success_rate=rate)
+            for label, acc, eps, psnr, ssim, rate in (("none", 0.9, None, 80.0, 1.0, 1.0), ("dp", 0.5, 3.0, 8.0, 0.1, 0.0),
+                                                      ("secagg", 0.9, None, None, None, 0.0))]
+    table = list(summarise(runs, axes=["defence"]))
+    assert table[0]["attack_psnr_mean"] == 80.0 and table[2]["attack_psnr_mean"] is None
+    write_tables(tmp_path, runs=runs, table=table, axes=["defence"], title="defences")
+    assert read_runs_csv(tmp_path / "runs.csv") == (["defence"], runs)
+    assert "| none | 0.9000 | 1 | - | 80.0 | 1.000 | 100% |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "attack_vs_accuracy.png").stat().st_size > 0
+
+
+def test_a_settings_axis_label_must_set_scenario_keys(tmp_path):
+    grid_path = _write_grid(tmp_path, axes={"defence": {"odd": {"colour": "blue"}}})
+    with pytest.raises(ScenarioError) as error:
+        load_grid(grid_path)
+    assert error.value.field == "grid.axes.defence.odd"

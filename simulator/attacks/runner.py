@@ -1,0 +1,178 @@
+"""``privsilo attack``: capture the attacked round, run every (target silo, seed) inversion as a Ray task, score
+the reconstructions against the ground truth and write ``attack.json``, ``attack.png`` and ``loss.png``.
+
+The tasks receive an :class:`~simulator.attacks.observation.Observation` and a seed, nothing else; the ground
+truth stays in this process and only meets the reconstructions when they are scored.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import ray
+import torch
+from tqdm.auto import tqdm
+
+from simulator.attacks.capture import GroundTruth, RoundCapture, capture_round
+from simulator.attacks.inversion import InversionSettings, Reconstruction, invert, snapshot_steps
+from simulator.attacks.metrics import ImageScores, score_images, summarise_scores, to_pixels
+from simulator.attacks.observation import Observation
+from simulator.cluster import ray_session
+from simulator.data import DATASETS
+from simulator.engine import resources_needed
+from simulator.errors import ScenarioError
+from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
+
+
+@dataclass(frozen=True)
+class AttackRun:
+    """One inversion (one target silo, one seed) and its scores against the silo's records."""
+
+    target_silo: int
+    seed: int
+    reconstruction: Reconstruction
+    scores: tuple[ImageScores, ...]
+    figures: Mapping[str, Any]  # psnr, ssim, mse, label_accuracy (means over paired images), success
+
+    def to_json(self) -> dict[str, Any]:
+        rec = self.reconstruction
+        final = float(rec.losses[-1]) if rec.losses.size else math.inf
+        return {
+            "target_silo": self.target_silo,
+            "seed": self.seed,
+            **self.figures,
+            "restarts": rec.restarts,
+            "seconds": rec.seconds,
+            "final_loss": final if math.isfinite(final) else None,
+            "labels": [int(v) for v in rec.labels],
+            "images": [
+                {"reconstruction": s.reconstructed, "original": s.original, "psnr": s.psnr, "ssim": s.ssim, "mse": s.mse,
+                 "label_correct": s.label_correct}
+                for s in self.scores
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class AttackReport:
+    """Everything ``privsilo attack`` produced."""
+
+    scenario: Scenario
+    capture: RoundCapture
+    runs: tuple[AttackRun, ...]
+    timing: Mapping[str, float]
+
+    @property
+    def config(self) -> AttackConfig:
+        return self.scenario.attack
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean([run.figures["success"] for run in self.runs]))
+
+    def summary(self) -> dict[str, float | None]:
+        """Means over runs (those with a paired image) and the success rate: what a sweep tabulates."""
+
+        def mean(key: str) -> float | None:
+            values = [run.figures[key] for run in self.runs if run.figures[key] is not None]
+            return float(np.mean(values)) if values else None
+
+        return {"psnr": mean("psnr"), "ssim": mean("ssim"), "mse": mean("mse"), "label_accuracy": mean("label_accuracy"),
+                "success_rate": self.success_rate}
+
+    def headline(self) -> str:
+        config, successes = self.config, sum(run.figures["success"] for run in self.runs)
+        psnrs = [run.figures["psnr"] for run in self.runs if run.figures["psnr"] is not None]
+        median = f"median PSNR {np.median(psnrs):.1f} dB" if psnrs else "no PSNR (no record to compare with)"
+        return (f"{self.scenario.name}: {config.method} on silo(s) {', '.join(map(str, config.targets))}, round {config.round}, "
+                f"batch {self.scenario.federation.batch_size}: {successes}/{len(self.runs)} successful at "
+                f"{config.success_psnr:g} dB ({median})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.scenario.to_dict(),
+            "round": self.capture.round,
+            "participants": list(self.capture.participants),
+            "success_psnr": self.config.success_psnr,
+            "success_rate": self.success_rate,
+            "summary": self.summary(),
+            "targets": {
+                str(silo): {"record_ids": [int(i) for i in truth.record_ids], "labels": [int(v) for v in truth.labels],
+                            "masked": type(self.capture.observations[silo].payload).__name__ == "MaskedVector"}
+                for silo, truth in self.capture.truths.items()
+            },
+            "seeds": [run.to_json() for run in self.runs],
+            "timing": dict(self.timing),
+        }
+
+
+def attack(
+    scenario: Scenario | Mapping[str, Any] | str | Path,
+    *,
+    overrides: list[str] | None = None,
+    out_dir: str | Path | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> AttackReport:
+    """Run a scenario's ``attack`` block (defaults where it has none); write the outputs to ``out_dir`` if given."""
+    scenario = with_attack_block(resolve_scenario(scenario, overrides), address=address)
+    with ray_session(address=scenario.ray.address, demand=resources_needed(scenario), connect_timeout=scenario.ray.connect_timeout):
+        _check_task_cpus(scenario.attack)
+        started = time.perf_counter()
+        capture = capture_round(scenario)
+        captured = time.perf_counter()
+        reconstructions = _run_inversions(capture.observations, config=scenario.attack, progress=progress)
+        finished = time.perf_counter()
+    pixel_scale = DATASETS[scenario.data.dataset].pixel_scale
+    runs = tuple(_score(target, seed, rec, capture.truths[target], pixel_scale=pixel_scale, success_psnr=scenario.attack.success_psnr)
+                 for (target, seed), rec in reconstructions.items())
+    timing = {"capture_seconds": captured - started, "attack_seconds": finished - captured,
+              "seconds_per_attack_median": float(np.median([run.reconstruction.seconds for run in runs]))}
+    report = AttackReport(scenario=scenario, capture=capture, runs=runs, timing=timing)
+    if out_dir is not None:
+        from simulator.attacks.outputs import write_attack
+
+        write_attack(report, Path(out_dir))
+    return report
+
+
+def _check_task_cpus(config: AttackConfig) -> None:
+    available = ray.cluster_resources().get("CPU", 0.0)
+    if config.num_cpus > available:
+        raise ScenarioError("attack.num_cpus", config.num_cpus, f"a task would never start: Ray offers {available:g} CPUs")
+
+
+def invert_task(observation: Observation, settings: InversionSettings, seed: int, num_cpus: float) -> Reconstruction:
+    """One inversion in a Ray task: only the observation, the settings and the attack's own seed come in."""
+    torch.set_num_threads(max(1, int(num_cpus)))
+    return invert(observation, settings=settings, generator=torch.Generator().manual_seed(seed))
+
+
+def _run_inversions(observations: Mapping[int, Observation], *, config: AttackConfig, progress: bool) -> dict[tuple[int, int], Reconstruction]:
+    settings = InversionSettings(method=config.method, iterations=config.iterations, line_search=config.line_search,
+                                 snapshot_steps=snapshot_steps(config.iterations))
+    task = ray.remote(num_cpus=config.num_cpus)(invert_task)
+    shared = {silo: ray.put(observation) for silo, observation in observations.items()}
+    refs = {task.remote(shared[silo], settings, seed, config.num_cpus): (silo, seed) for silo in config.targets for seed in config.seed_list}
+    results: dict[tuple[int, int], Reconstruction] = {}
+    pending = list(refs)
+    with tqdm(total=len(refs), desc=f"{config.method} attacks", unit="attack", disable=not progress) as bar:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            results[refs[done[0]]] = ray.get(done[0])
+            bar.update(1)
+    return {key: results[key] for key in refs.values()}
+
+
+def _score(target: int, seed: int, rec: Reconstruction, truth: GroundTruth, *, pixel_scale: tuple[float, float], success_psnr: float) -> AttackRun:
+    scores = score_images(to_pixels(rec.inputs, pixel_scale=pixel_scale), rec.labels,
+                          originals=to_pixels(truth.features, pixel_scale=pixel_scale), original_labels=truth.labels)
+    return AttackRun(target_silo=target, seed=seed, reconstruction=rec, scores=tuple(scores),
+                     figures=summarise_scores(scores, success_psnr=success_psnr))
+
+
+__all__ = ["AttackReport", "AttackRun", "attack", "invert_task"]

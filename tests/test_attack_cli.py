@@ -1,0 +1,44 @@
+"""``privsilo attack`` end to end: a bad attack block exits 2 before anything starts, and a tiny real attack through
+the Ray actors and tasks writes attack.json and its plots."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from simulator.cli import main
+from tests.conftest import small_scenario
+from tests.test_cli import one_error_line, privsilo
+
+SEED_KEYS = {"target_silo", "seed", "psnr", "ssim", "mse", "label_accuracy", "success", "restarts", "seconds", "final_loss", "labels", "images"}
+
+
+def _scenario_file(tmp_path, **attack):
+    scenario = small_scenario(
+        model={"name": "lenet"},
+        federation={"rounds": 2, "client_rate": 1.0, "local_steps": 1, "batch_size": 1, "lr": 0.1},
+        attack={"method": "dlg", "target_silo": 1, "round": 2, "iterations": 10, "seeds": 2, **attack},
+    )
+    path = tmp_path / "attack.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return path
+
+
+def test_attack_on_a_silo_that_does_not_exist_exits_2_naming_the_field(tmp_path):
+    proc = privsilo("attack", str(_scenario_file(tmp_path)), "--set", "attack.target_silo=5", "--out", str(tmp_path / "out"))
+    line = one_error_line(proc)
+    assert line.startswith("privsilo: error: attack.target_silo: got 5; no such silo: data.silos = 3")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tiny_attack_writes_its_report_and_plots(ray_local, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["attack", str(_scenario_file(tmp_path)), "--out", str(out), "--no-progress"]) == 0
+    assert "2/2 successful at 30 dB" in capsys.readouterr().out
+    report = json.loads((out / "attack.json").read_text())
+    assert report["round"] == 2 and report["participants"] == [0, 1, 2] and report["success_rate"] == 1.0
+    assert [s["seed"] for s in report["seeds"]] == [0, 1] and all(SEED_KEYS <= set(s) for s in report["seeds"])
+    assert all(s["psnr"] > 30 and s["label_accuracy"] == 1.0 for s in report["seeds"])
+    assert len(report["targets"]["1"]["record_ids"]) == 1 and report["config"]["attack"]["iterations"] == 10
+    for name in ("attack.png", "loss.png"):
+        assert (out / name).stat().st_size > 0
