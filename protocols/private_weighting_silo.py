@@ -42,7 +42,8 @@ from protocols.secure_aggregation import KeyAdvertisement, KeyAgreementDone, der
 
 
 class PwpSilo(SiloProtocol):
-    """Silo side: ``counts[u]`` is ``n_{s,u}`` for every user u (this silo's own histogram only)."""
+    """Silo side: ``counts[u]`` is ``n_{s,u}`` for every user u (this silo's own histogram only). A count above
+    ``max_records_per_user`` is caught by the server at the weight conversion (no silo can check the totals)."""
 
     def __init__(
         self,
@@ -56,8 +57,6 @@ class PwpSilo(SiloProtocol):
         counts = np.asarray(counts)
         if counts.shape != (config.num_users,) or counts.min(initial=0) < 0:
             raise ValueError(f"counts must hold {config.num_users} non-negative record counts, got shape {counts.shape}")
-        if counts.max(initial=0) > config.max_records_per_user:
-            raise ValueError(f"silo {silo_id} holds {counts.max()} records of one user, above N_max = {config.max_records_per_user}")
         self.silo_id = silo_id
         self.config = config
         self._counts = tuple(int(c) for c in counts)

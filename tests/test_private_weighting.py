@@ -314,3 +314,11 @@ def test_the_noise_covers_every_digit_below_the_weighted_deltas_grid() -> None:
     low_bits = [e % 2**WEIGHT_FRACTIONAL_BITS / 2**WEIGHT_FRACTIONAL_BITS for e in encoded]
     assert stats.kstest(low_bits[:1000], "uniform").pvalue > 1e-3  # dithered
     assert stats.kstest(low_bits[1000:], "uniform").pvalue > 1e-3  # the float's own low bits
+
+
+def test_a_user_beyond_n_max_is_caught_at_the_weight_conversion() -> None:
+    """Users 2, 5 and 6 have 9 records: with N_max = 8, C_LCM n/N is no integer, the masked weight is a random
+    residue far beyond C_LCM + mask, and the server refuses instead of converting garbage (no silo could check,
+    it sees only its own counts)."""
+    with pytest.raises(ProtocolStateError, match="more than max_records_per_user = 8"):
+        set_up(config(max_records_per_user=8))
