@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
@@ -46,10 +47,12 @@ def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], nu
     for item in runs:
         curves.setdefault(" / ".join(item.labels[a] for a in axes), []).append(item.accuracy_per_round)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for label, members in curves.items():
+    for index, (label, members) in enumerate(curves.items()):
         rounds = min(len(curve) for curve in members)
         mean = np.mean([curve[:rounds] for curve in members], axis=0)
-        ax.plot(np.arange(1, rounds + 1), mean, marker="." if rounds <= 60 else None, label=label)
+        style = ("-", "--", ":")[index // 10 % 3]  # matplotlib's 10 colours repeat: tell the lines apart
+        ax.plot(np.arange(1, rounds + 1), mean, style, marker="." if rounds <= 60 else None, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     spread = f"mean over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
     ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1), title=f"{title} ({spread})")
     ax.legend(fontsize=7, ncol=1 + len(curves) // 10, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from mechanisms.pldp import (
+    PAPER_BUDGETS,
     ClientPerturbation,
+    averaged_noise_std,
     paper_variance_bound,
     pdpm,
     pdpm_max_variance,
@@ -93,6 +95,16 @@ def test_theorem_1_variance_bound_is_wrong_at_l2_eps_half() -> None:
     draws = pdpm(np.full(DRAWS, 0.8005), center=0.0, length=2.0, epsilon=0.5, rng=np.random.default_rng(7))
     _assert_variance(draws, v=0.8005, length=2.0, epsilon=0.5)
     assert draws.var() > 2 * float(paper_variance_bound(length=2.0, epsilon=0.5))
+
+
+def test_average_of_70_uploads_at_l2_eps2_has_noise_std_1_5() -> None:
+    """The issue's arithmetic: 70 clients with L = 2 and the eps2 budgets 0.1 ... 1.0 in turn, weights near the
+    centre: the server's average carries noise of standard deviation 1.51 on every weight."""
+    budgets = np.array([PAPER_BUDGETS["eps2"][i % 10] for i in range(70)])
+    std = averaged_noise_std(0.0, length=2.0, epsilon=budgets)
+    assert std == pytest.approx(math.sqrt(sum(float(pdpm_variance(0.0, length=2.0, epsilon=e)) for e in budgets)) / 70, rel=1e-12)
+    assert std == pytest.approx(1.514, abs=1e-3)
+    assert averaged_noise_std(0.0, length=2.0, epsilon=np.full(70, 40.0)) == pytest.approx(math.sqrt(1.5 / 70), rel=1e-6)  # eps -> inf: 3L^2/8
 
 
 def _assert_variance(draws: np.ndarray, *, v: float, length: float, epsilon: float) -> None:

@@ -3,6 +3,7 @@ guarantees. Pure numpy; importing the package loads neither torch nor Ray (``pri
 from __future__ import annotations
 
 from mechanisms.pldp.sampler import (
+    averaged_noise_std,
     paper_variance_bound,
     pdpm,
     pdpm_max_variance,
@@ -17,6 +18,7 @@ __all__ = [
     "PAPER_BUDGETS",
     "PAPER_RANGES",
     "ClientPerturbation",
+    "averaged_noise_std",
     "paper_variance_bound",
     "pdpm",
     "pdpm_max_variance",

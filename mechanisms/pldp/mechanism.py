@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import torch
 
 CLIENT_WEIGHT = 1.0  # Eq. 7: the plain mean of the uploads (a record count would be un-noised data)
-SEED_WORDS = 4  # 4 x 62 bits of the silo's generator seed each round's numpy generator
+SEED_WORDS = 4  # each round's numpy generator is seeded with 4 x 62 bits drawn from the silo's generator
 
 
 def numpy_generator(generator: torch.Generator) -> np.random.Generator:

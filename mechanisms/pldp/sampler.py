@@ -114,3 +114,11 @@ def paper_variance_bound(*, length: ArrayLike, epsilon: ArrayLike) -> np.ndarray
     length, epsilon = _parameters(length, epsilon)
     e, em1 = np.exp(epsilon), np.expm1(epsilon)
     return (e + 1) * (e + 3) / (length * em1**2)
+
+
+def averaged_noise_std(offsets: ArrayLike, *, length: ArrayLike, epsilon: ArrayLike) -> float:
+    """Standard deviation of the server's mean of n independent PDPM outputs, one per uploading client (arrays
+    of the n clients' offsets v_i, lengths and budgets): sqrt(sum_i Var_i) / n (Eq. 7 averages the uploads)."""
+    variances = np.broadcast_to(pdpm_variance(offsets, length=length, epsilon=epsilon), np.broadcast_shapes(
+        np.shape(offsets), np.shape(length), np.shape(epsilon)))
+    return float(np.sqrt(variances.sum()) / variances.size)
