@@ -4,7 +4,7 @@
 reads the grid format of ``privsilo sweep`` (base scenario, seeds, axes), runs every combination x seed in one
 Ray session and keeps each run's full output directory in ``DIR/runs/<labels>-s<seed>`` (so the per-client
 figures stay available); a run whose directory already holds the same resolved scenario is not run again, so an
-interrupted grid resumes. It then writes ``DIR/table.csv``, ``DIR/table.md`` (per combination: personalised
+interrupted grid resumes (``--report-only`` runs nothing and reports the finished runs). It then writes ``DIR/table.csv``, ``DIR/table.md`` (per combination: personalised
 accuracy and loss, cluster recovery, per-client leakage) and the plots ``accuracy_vs_nu.png`` (one line per
 number of hypotheses), ``leakage.png`` (every client's total leakage per nu) and ``hypotheses.png`` (the test
 accuracy of each hypothesis per round, for the runs with the most hypotheses). A bad grid exits 2 with one line.
@@ -41,8 +41,10 @@ class GridRun:
 
 
 def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds: int | Sequence[int] | None = None,
-             overrides: Sequence[str] = (), only: Sequence[str] = (), progress: bool = False) -> list[GridRun]:
-    """Run (or resume) every combination x seed of the grid, then write the tables and plots."""
+             overrides: Sequence[str] = (), only: Sequence[str] = (), progress: bool = False,
+             report_only: bool = False) -> list[GridRun]:
+    """Run (or resume) every combination x seed of the grid, then write the tables and plots; ``report_only``:
+    run nothing and report the runs already finished (e.g. a grid run in parts with ``only``)."""
     from tqdm.auto import tqdm
 
     from simulator.cluster import ActorDemand, ray_session
@@ -54,6 +56,12 @@ def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds:
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     runs = [GridRun(labels, seed, out / "runs" / f"{'-'.join(labels.values())}-s{seed}") for labels, seed, _ in jobs]
     pending = [(item, scenario) for item, (_, _, scenario) in zip(runs, jobs) if not _finished(item.directory, scenario)]
+    if report_only:
+        missing = {item.directory for item, _ in pending}
+        runs = [item for item in runs if item.directory not in missing]
+        if not runs:
+            raise PrivsiloError(f"{grid.name}: no finished run in {out / 'runs'} to report")
+        pending = []
     if pending:
         demand = ActorDemand.covering(resources_needed(scenario) for _, scenario in pending)
         first = pending[0][1]
@@ -151,11 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default=None, metavar="N|S1,S2,...")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
     parser.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; tabulate and plot the finished runs")
     args = parser.parse_args(argv)
     from simulator.cli import _seed_option
 
     try:
-        runs = run_grid(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, progress=True)
+        runs = run_grid(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only,
+                        progress=True, report_only=args.report_only)
     except PrivsiloError as exc:
         print(f"privsilo: error: {exc}", file=sys.stderr)
         return 2

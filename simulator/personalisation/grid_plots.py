@@ -50,7 +50,8 @@ def plot_leakage_per_nu(runs: Sequence[GridRun], *, title: str, path: Path) -> N
     fig, ax = plt.subplots(figsize=(max(5.8, 0.7 * len(cells)), 3.9))
     keys = sorted(cells)
     if keys:
-        ax.boxplot([cells[key] for key in keys], labels=[f"nu {nu:g}\nk {k}" for nu, k in keys])
+        ax.boxplot([cells[key] for key in keys])
+        ax.set_xticks(range(1, len(keys) + 1), [f"nu {nu:g}\nk {k}" for nu, k in keys])
         ax.set_yscale("log")
     ax.set(ylabel="total leakage per client", title=f"{title}: leakage per client (sum over participations)")
     fig.tight_layout()
