@@ -105,7 +105,7 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
 
 def test_shipped_grids_load_and_every_combination_validates():
     grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
-    assert len(grids) == 8
+    assert len(grids) == 11
     for path in grids:
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
@@ -117,6 +117,8 @@ def test_shipped_grids_load_and_every_combination_validates():
         elif path.parent.name == "attacks":  # every defence, each run attacked
             assert {s.mechanism.name for s in scenarios} == {"none", "dp_sgd", "rpdp"} and all(s.attack for s in scenarios)
             assert sum(s.protocol.secure_aggregation for s in scenarios) == len(grid.seeds)
+        elif path.parent.name == "dprivacy":  # nu x k, personalised runs
+            assert {s.mechanism.name for s in scenarios} == {"dprivacy"}
         else:  # uldp: every variant of the axis, each with its own user-level accounting
             assert {s.mechanism.name for s in scenarios} == {"uldp"} and len(scenarios) >= 3 * len(grid.seeds)
 

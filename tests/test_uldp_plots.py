@@ -2,6 +2,8 @@
 per round, from the per-round curves a sweep keeps for every run."""
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 import yaml
@@ -39,6 +41,11 @@ def test_one_panel_per_other_axis_one_line_per_variant_mean_and_std_over_seeds(t
     plot_sweep(runs, axes=AXES, title="t", out_dir=tmp_path)
     for name in ("accuracy_per_round.png", "epsilon_per_round.png"):
         assert imread(tmp_path / name).shape[1] > 800  # two panels side by side
+    with (tmp_path / "per_round.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 8 and rows[2] == {"data.users.count": "U50", "mechanism.variant": "AVG", "seed": "1", "round": "1",
+                                          "accuracy": "0.7", "epsilon": "1.0"}
+    assert rows[4]["epsilon"] == ""  # GROUP-median: no epsilon
 
 
 def test_a_uldp_sweep_keeps_every_runs_curves_and_draws_them(ray_local, tmp_path) -> None:
@@ -58,5 +65,5 @@ def test_a_uldp_sweep_keeps_every_runs_curves_and_draws_them(ray_local, tmp_path
     )
     assert group.epsilon_per_round == (None, None)  # k from the data: no epsilon
     assert len(naive.accuracy_per_round) == 2 and naive.accuracy_per_round[-1] == naive.accuracy
-    for name in ("accuracy_per_round.png", "epsilon_per_round.png"):
+    for name in ("accuracy_per_round.png", "epsilon_per_round.png", "per_round.csv"):
         assert (tmp_path / "out" / name).is_file()

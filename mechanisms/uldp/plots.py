@@ -3,9 +3,11 @@ accuracy per round by variant (``accuracy_per_round.png``) and user-level epsilo
 (``epsilon_per_round.png``). One panel per combination of the grid's other axes (e.g. users, user rate), one
 line per variant: the mean over seeds, with a band of ± one standard deviation where there are several seeds.
 A variant without an epsilon (GROUP with ``group_k`` from the data) says so in the legend instead of a line.
+The plotted values of every run are written beside them (``per_round.csv``).
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,11 +23,24 @@ LINE_STYLES = ("-", "--", "-.", ":")  # variants with the same epsilon coincide:
 
 
 def plot_sweep(runs: Sequence[Any], *, axes: Sequence[str], title: str, out_dir: Path) -> None:
-    """Write ``accuracy_per_round.png`` and ``epsilon_per_round.png`` for a sweep's runs into ``out_dir``."""
+    """Write ``accuracy_per_round.png``, ``epsilon_per_round.png`` and ``per_round.csv`` for a sweep's runs into
+    ``out_dir``."""
+    write_per_round_csv(runs, axes=axes, path=Path(out_dir) / "per_round.csv")
     panels = group_runs(runs, axes=axes)
     seeds = len({run.seed for run in runs})
     for attribute, quantity in PLOTS.items():
         _plot(panels, attribute=attribute, quantity=quantity, seeds=seeds, title=title, path=Path(out_dir) / f"{attribute}.png")
+
+
+def write_per_round_csv(runs: Sequence[Any], *, axes: Sequence[str], path: Path) -> None:
+    """One row per run and round: the axis labels, ``seed``, ``round`` (from 1), ``accuracy``, ``epsilon``
+    (empty where the round has none)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*axes, "seed", "round", "accuracy", "epsilon"])
+        for run in runs:
+            for index, (accuracy, epsilon) in enumerate(zip(run.accuracy_per_round, run.epsilon_per_round), start=1):
+                writer.writerow([*(run.labels[a] for a in axes), run.seed, index, repr(accuracy), "" if epsilon is None else repr(epsilon)])
 
 
 def group_runs(runs: Sequence[Any], *, axes: Sequence[str]) -> dict[str, dict[str, list[Any]]]:
