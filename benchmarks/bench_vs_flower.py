@@ -9,8 +9,9 @@ shutting down. Prints each repetition, the medians, the ratio privsilo / Flower 
 accuracies (goal: privsilo's at least Flower's).
 
 Both sides train the same network from the same initial weights on the same split (exported to an ``.npz`` from
-privsilo's own data loading and IID partition), with plain SGD on batches drawn without replacement, and evaluate
-the global model on the same test split. Both use 2 logical CPUs for their workers: Flower one worker actor per
+privsilo's own data loading and IID partition), with plain SGD on the same batches (each silo's generator seeded
+as privsilo seeds it and kept across rounds), and evaluate the global model on the same test split; the script
+prints in how many rounds the two test accuracies differ (float rounding only: expected 0). Both use 2 logical CPUs for their workers: Flower one worker actor per
 CPU (``client_resources.num_cpus = 1``, its ServerApp in the driver), privsilo two silo worker actors of one CPU
 each hosting five silos apiece (its server actor holds no CPU share, like Flower's server).
 Flower is not a dependency of privsilo: ``bash benchmarks/flower_env.sh`` makes its environment first.
@@ -33,23 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
+from workload import CPUS, SILOS, fedavg_scenario
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_FLOWER_PYTHON = os.environ.get("FLOWER_VENV", "/tmp/privsilo-flower-venv") + "/bin/python"
-SILOS, CPUS = 10, 2
 MODEL_LAYERS = (64, 128, 10)  # privsilo's mlp_128 on digits
-
-
-def scenario(*, rounds: int, local_steps: int) -> dict:
-    return {
-        "name": "bench_vs_flower",
-        "seed": 0,
-        "data": {"dataset": "digits", "partition": "iid", "silos": SILOS},
-        "model": {"name": "mlp_128"},
-        "federation": {"rounds": rounds, "client_rate": 1.0, "local_steps": local_steps, "batch_size": 32, "lr": 0.1},
-        "mechanism": {"name": "none"},
-        "resources": {"server": {"num_cpus": 0}, "silo": {"num_cpus": CPUS / 2}, "silos_per_actor": SILOS // 2},
-    }
 
 
 def export_workload(raw: dict, path: Path) -> None:
@@ -62,14 +52,12 @@ def export_workload(raw: dict, path: Path) -> None:
     dataset = load_dataset(config.data.dataset, seed=config.seed)
     seeds = _seeds(config.seed, config.data.silos)
     parts = _silo_indices(config, dataset, np.random.default_rng(seeds["partition"]))
-    owner = np.empty(len(dataset.y_train), dtype=np.int64)
-    for silo, indices in enumerate(parts):
-        owner[indices] = silo
+    offsets = np.cumsum([0] + [len(indices) for indices in parts])
     (initial,) = _initial_state(config, dataset, seeds["init"])
     fed = config.federation
     np.savez(
-        path, x_train=dataset.x_train, y_train=dataset.y_train, parts=owner, x_test=dataset.x_test,
-        y_test=dataset.y_test, initial=initial, seeds=np.array(seeds["silos"], dtype=np.int64),
+        path, x_train=dataset.x_train, y_train=dataset.y_train, order=np.concatenate(parts), offsets=offsets,
+        x_test=dataset.x_test, y_test=dataset.y_test, initial=initial, seeds=np.array(seeds["silos"], dtype=np.int64),
         layers=np.array(MODEL_LAYERS), silos=config.data.silos, rounds=fed.rounds, local_steps=fed.local_steps,
         batch_size=fed.batch_size, lr=fed.lr,
     )
@@ -81,18 +69,23 @@ def privsilo_side(scenario_json: str, result_path: str) -> None:
     from simulator.engine import run
 
     result = run(json.loads(scenario_json))
-    Path(result_path).write_text(json.dumps({"accuracy": result.final["accuracy"], "timing": dict(result.timing)}))
+    accuracies = [record.report.accuracy for record in result.rounds]
+    Path(result_path).write_text(json.dumps({"accuracy": accuracies[-1], "accuracies": accuracies, "timing": dict(result.timing)}))
 
 
-def timed(command: list[str], *, env: dict[str, str], result: Path, log: Path) -> tuple[float, dict]:
-    """Wall seconds of ``command`` from start to exit, and the JSON it wrote to ``result``."""
+def fmt_load(load: tuple[float, float, float]) -> str:
+    return "/".join(f"{value:.0f}" for value in load)
+
+
+def timed(command: list[str], *, env: dict[str, str], result: Path, log: Path) -> dict:
+    """The JSON ``command`` wrote to ``result``, with its wall seconds from start to exit (``wall_seconds``)."""
     started = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"bench_vs_flower: {' '.join(command[:2])} exited {done.returncode}; its output is in {log}")
-    return seconds, json.loads(result.read_text())
+    return {**json.loads(result.read_text()), "wall_seconds": seconds}
 
 
 def main() -> None:
@@ -108,7 +101,7 @@ def main() -> None:
         return
     if not Path(args.flower_python).exists():
         sys.exit(f"bench_vs_flower: no Flower environment at {args.flower_python}; run `bash benchmarks/flower_env.sh`")
-    raw = scenario(rounds=args.rounds, local_steps=args.local_steps)
+    raw = fedavg_scenario(name="bench_vs_flower", rounds=args.rounds, local_steps=args.local_steps)
     quiet = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
     privsilo_env = {**os.environ, **quiet, "PYTHONPATH": str(REPO)}
     # The Flower side must not see privsilo: no PYTHONPATH, its own interpreter.
@@ -120,32 +113,38 @@ def main() -> None:
     privsilo_cmd = [sys.executable, __file__, "--privsilo-side", json.dumps(raw), str(work / "privsilo.json")]
     flower_cmd = [args.flower_python, str(HERE / "flower_fedavg.py"), "--workload", str(work / "workload.npz"),
                   "--result", str(work / "flower.json"), "--cpus", str(CPUS)]
+    load_before = os.getloadavg()
     for repeat in range(args.repeats):
-        results = {}
+        row = {}
         # Alternate which side goes first, so that a drift in the machine's load does not favour one.
         for side in ("privsilo", "flower") if repeat % 2 == 0 else ("flower", "privsilo"):
             command, env = (privsilo_cmd, privsilo_env) if side == "privsilo" else (flower_cmd, flower_env)
-            results[side] = timed(command, env=env, result=work / f"{side}.json", log=work / f"{side}.log")
-        (p_seconds, p_result), (f_seconds, f_result) = results["privsilo"], results["flower"]
-        if f_result.get("complete_rounds") != args.rounds:
-            sys.exit(f"bench_vs_flower: Flower completed {f_result.get('complete_rounds')} of {args.rounds} rounds "
-                     f"with every silo's reply; see {work / 'flower.log'}")
-        rows.append((p_seconds, p_result, f_seconds, f_result))
-        timing = p_result["timing"]
-        print(f"repeat {repeat + 1}: privsilo {p_seconds:6.1f} s (start-up {timing['data_seconds'] + timing['workers_seconds']:.1f} s, "
-              f"rounds {timing['rounds_seconds']:.1f} s), accuracy {p_result['accuracy']:.4f} | "
-              f"Flower {f_seconds:6.1f} s (rounds {f_result['rounds_seconds']:.1f} s), accuracy {f_result['accuracy']:.4f}",
-              flush=True)
+            row[side] = timed(command, env=env, result=work / f"{side}.json", log=work / f"{side}.log")
+        if row["flower"].get("complete_rounds") != args.rounds:
+            sys.exit(f"bench_vs_flower: Flower completed {row['flower'].get('complete_rounds')} of {args.rounds} "
+                     f"rounds with every silo's reply; see {work / 'flower.log'}")
+        rows.append(row)
+        privsilo, flower, timing = row["privsilo"], row["flower"], row["privsilo"]["timing"]
+        print(f"repeat {repeat + 1}: privsilo {privsilo['wall_seconds']:6.1f} s (inside run(): start-up "
+              f"{timing['data_seconds'] + timing['workers_seconds']:.1f} s, rounds {timing['rounds_seconds']:.1f} s), "
+              f"accuracy {privsilo['accuracy']:.4f} | Flower {flower['wall_seconds']:6.1f} s (ServerApp rounds "
+              f"{flower['rounds_seconds']:.1f} s), accuracy {flower['accuracy']:.4f}", flush=True)
     shutil.rmtree(work)
-    privsilo_s = statistics.median(r[0] for r in rows)
-    flower_s = statistics.median(r[2] for r in rows)
-    privsilo_acc = statistics.median(r[1]["accuracy"] for r in rows)
-    flower_acc = statistics.median(r[3]["accuracy"] for r in rows)
-    print(f"workload: {SILOS} IID silos of digits, MLP 64-128-10, {args.local_steps} local SGD steps of batch 32 at lr 0.1, "
-          f"{args.rounds} rounds, FedAvg, {CPUS} CPUs; medians of {args.repeats} repetitions, end to end")
-    print(f"privsilo: {privsilo_s:.1f} s, test accuracy {privsilo_acc:.4f}")
-    print(f"Flower:   {flower_s:.1f} s, test accuracy {flower_acc:.4f}")
-    print(f"ratio privsilo / Flower: {privsilo_s / flower_s:.3f}  (goal <= 0.5, at equal or better accuracy)")
+    # The same computation: the same batches from the same weights; only float rounding (privsilo aggregates in
+    # float64, Flower in float32) may move a test prediction.
+    differing = max(sum(a != b for a, b in zip(row["privsilo"]["accuracies"], row["flower"]["accuracies"])) for row in rows)
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(row[side][key] for row in rows)
+
+    print(f"workload: {SILOS} IID silos of digits, MLP 64-128-10, {args.local_steps} local SGD steps of batch 32 at "
+          f"lr 0.1, {args.rounds} rounds, FedAvg, {CPUS} CPUs; medians of {args.repeats} repetitions, end to end; "
+          f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, {fmt_load(os.getloadavg())} at the end")
+    for side, label in (("privsilo", "privsilo:"), ("flower", "Flower:  ")):
+        print(f"{label} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}")
+    print(f"ratio privsilo / Flower: {median('privsilo', 'wall_seconds') / median('flower', 'wall_seconds'):.3f}  "
+          f"(goal <= 0.5, at equal or better accuracy)")
+    print(f"rounds whose test accuracy differs between the two (same batches, same initial weights): {differing} of {args.rounds}")
 
 
 if __name__ == "__main__":

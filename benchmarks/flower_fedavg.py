@@ -4,7 +4,8 @@ Runs in the Flower environment made by ``benchmarks/flower_env.sh`` (it imports 
 privsilo). The workload file (an ``.npz`` written by ``bench_vs_flower.py``) holds the silos' records, the test
 split, the initial model as one flat vector and the training settings, so both frameworks train the same network
 from the same weights on the same split. Each silo runs ``local_steps`` steps of mini-batch SGD, batches drawn
-without replacement from the silo's records as privsilo's ``none`` mechanism does; Flower's FedAvg averages the
+without replacement from the silo's records as privsilo's ``none`` mechanism does, from the same per-silo seeded
+generator kept across rounds (so both draw the same batches); Flower's FedAvg averages the
 models weighted by the silos' record counts; the server evaluates the global model on the test split after every
 round. Writes the final test accuracy, the rounds' wall time and the number of rounds in which every silo's
 reply arrived as JSON to ``--result``.
@@ -64,19 +65,30 @@ def local_sgd(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps
 client_app = ClientApp()
 
 
+def silo_generator(context: Context, seed: int) -> torch.Generator:
+    """The silo's batch generator: seeded with privsilo's seed for the silo, then carried from round to round in
+    the node's context, as a privsilo silo keeps its generator."""
+    generator = torch.Generator().manual_seed(seed)
+    if "rng" in context.state:
+        state = np.frombuffer(context.state["rng"]["state"], dtype=np.uint8).copy()
+        generator.set_state(torch.from_numpy(state))
+    return generator
+
+
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(1)  # one CPU per worker actor, as privsilo limits each actor to its share
-    config = msg.content["config"]
-    work = workload(str(config["workload"]))
+    work = workload(str(msg.content["config"]["workload"]))
     silo = int(context.node_config["partition-id"])
-    records = work["parts"] == silo
+    # The silo's records in privsilo's order (the batches index into them).
+    records = work["order"][work["offsets"][silo]:work["offsets"][silo + 1]]
     x, y = torch.tensor(work["x_train"][records]), torch.tensor(work["y_train"][records])
     model = build_model(work)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    generator = torch.Generator().manual_seed(int(work["seeds"][silo]) + int(config["server-round"]))
+    generator = silo_generator(context, int(work["seeds"][silo]))
     loss = local_sgd(model, x, y, steps=int(work["local_steps"]), batch=int(work["batch_size"]),
                      lr=float(work["lr"]), generator=generator)
+    context.state["rng"] = ConfigRecord({"state": generator.get_state().numpy().tobytes()})
     content = RecordDict({
         "arrays": ArrayRecord(model.state_dict()),
         "metrics": MetricRecord({"train_loss": loss, "num-examples": int(len(y))}),
@@ -113,7 +125,9 @@ def server_app_for(workload_path: str, result: dict) -> ServerApp:
             model.load_state_dict(arrays.to_torch_state_dict())
             model.eval()
             accuracy = (model(x_test).argmax(dim=1) == y_test).double().mean().item()
-            result["accuracy"] = accuracy
+            if server_round > 0:  # round 0: the initial model
+                result.setdefault("accuracies", []).append(accuracy)
+                result["accuracy"] = accuracy
             return MetricRecord({"accuracy": accuracy})
 
         # Every silo trains; the server evaluates (no evaluation rounds on the silos).
