@@ -1,17 +1,22 @@
 """Wall time of a steady-state FedAvg round through privsilo's Ray actors vs the same computation in one process.
 
 The workload is issue 13's (``benchmarks/workload.py``: 10 IID silos of digits, MLP 64-128-10, batch 32, lr 0.1,
-2 CPUs), run with each of the given numbers of local steps (default 20 and 5). The baseline (the floor) calls the
-same silo objects and the same server aggregation and evaluation one after another in this process, with no Ray.
-Rounds of the two alternate (one baseline round, one actor round), so that both see the same load on a shared
-machine. Prints, per local-step count, the median seconds per round of each after the warm-up rounds and their
-ratio (actors / single process); the goal is at most 1.15.
+2 CPUs: two worker actors of one CPU, five silos each), run with each of the given numbers of local steps (default
+20 and 5). A second packing, all ten silos in one worker actor, does the same sequential work as the baseline, so
+its ratio is the actors' fixed per-round cost alone. The baseline (the floor) calls the same silo objects and the
+same server aggregation and evaluation one after another in this process, with no Ray, on one torch thread (as
+each actor has: for this small network more threads only add synchronisation, which on a busy machine costs
+many times the work; ``--baseline-threads`` changes it). Rounds of the two alternate (one baseline round, one
+actor round), so that both see the same load on a shared machine. Prints, per packing and local-step count, the
+median seconds per round of each after the warm-up rounds and their ratio (actors / single process); the goal is
+at most 1.15. Both compute the same model, and the final test accuracies are printed side by side.
 
-    python benchmarks/bench_round_overhead.py [--local-steps 20 5] [--rounds 12] [--warmup 2]
+    python benchmarks/bench_round_overhead.py [--local-steps 20 5] [--rounds 12] [--warmup 2] [--baseline-threads 1]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -30,10 +35,10 @@ from workload import fedavg_scenario
 
 
 class SingleProcessFederation:
-    """The baseline: the scenario's silos and server objects, called in turn in this process (all torch threads)."""
+    """The baseline: the scenario's silos and server objects, called in turn in this process on ``threads`` torch
+    threads."""
 
-    def __init__(self, scenario) -> None:
-        threads = torch.get_num_threads()
+    def __init__(self, scenario, *, threads: int) -> None:
         dataset = load_dataset(scenario.data.dataset, seed=scenario.seed)
         seeds = _seeds(scenario.seed, scenario.data.silos)
         parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
@@ -46,7 +51,7 @@ class SingleProcessFederation:
         self.server = ServerActor(num_cpus=0)
         self.server.open(workers=(), test_features=dataset.x_test, test_labels=dataset.y_test,
                          initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common)
-        torch.set_num_threads(threads)  # the actor classes limit torch to their CPU share; the baseline may use all
+        torch.set_num_threads(threads)  # after ServerActor, which sets torch's threads to its CPU share
         self.protocol = PlainSumServer()
         self.participants = tuple(range(len(self.silos)))
 
@@ -60,11 +65,17 @@ class SingleProcessFederation:
         return server.evaluate()[1]
 
 
-def round_times(local_steps: int, *, rounds: int) -> tuple[list[float], list[float], tuple[float, float]]:
+PACKINGS = {"2 workers x 5 silos": 5, "1 worker x 10 silos": 10}
+
+
+def round_times(local_steps: int, *, silos_per_actor: int, rounds: int, baseline_threads: int
+                ) -> tuple[list[float], list[float], tuple[float, float]]:
     """Seconds per round of the baseline and of the actors, rounds alternating between the two, and the final
     test accuracy of each (the same computation, so equal up to floating-point summation order)."""
-    scenario = validate_scenario(fedavg_scenario(name="bench_round_overhead", rounds=rounds, local_steps=local_steps))
-    baseline = SingleProcessFederation(scenario)
+    raw = fedavg_scenario(name="bench_round_overhead", rounds=rounds, local_steps=local_steps)
+    raw["resources"]["silos_per_actor"] = silos_per_actor
+    scenario = validate_scenario(raw)
+    baseline = SingleProcessFederation(scenario, threads=baseline_threads)
     single, actors = [], []
     with Federation(scenario) as federation:
         for round_index in range(rounds):
@@ -82,16 +93,20 @@ def main() -> None:
     parser.add_argument("--local-steps", type=int, nargs="+", default=[20, 5])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--baseline-threads", type=int, default=1)
     args = parser.parse_args()
     print(f"issue 13's workload: 10 IID silos of digits, MLP 64-128-10, batch 32, 2 CPUs; median of "
           f"{args.rounds - args.warmup} rounds after {args.warmup} warm-up rounds; torch threads in the baseline: "
-          f"{torch.get_num_threads()}")
-    for local_steps in args.local_steps:
-        single, actors, accuracies = round_times(local_steps, rounds=args.rounds)
-        base, ray_round = statistics.median(single[args.warmup:]), statistics.median(actors[args.warmup:])
-        print(f"{local_steps:3d} local steps: single process {base:.4f} s/round, Ray actors {ray_round:.4f} s/round, "
-              f"ratio actors / single process {ray_round / base:.3f}  (goal <= 1.15); final accuracy "
-              f"{accuracies[0]:.4f} / {accuracies[1]:.4f}", flush=True)
+          f"{args.baseline_threads}; load average {'/'.join(f'{v:.0f}' for v in os.getloadavg())}")
+    for packing, silos_per_actor in PACKINGS.items():
+        for local_steps in args.local_steps:
+            single, actors, accuracies = round_times(local_steps, silos_per_actor=silos_per_actor, rounds=args.rounds,
+                                                     baseline_threads=args.baseline_threads)
+            base, ray_round = statistics.median(single[args.warmup:]), statistics.median(actors[args.warmup:])
+            print(f"{packing}, {local_steps:3d} local steps: single process {base:.4f} s/round, Ray actors "
+                  f"{ray_round:.4f} s/round, ratio actors / single process {ray_round / base:.3f} (goal <= 1.15); "
+                  f"final accuracy {accuracies[0]:.4f} / {accuracies[1]:.4f}", flush=True)
+    print(f"load average at the end {'/'.join(f'{v:.0f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
