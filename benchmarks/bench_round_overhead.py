@@ -1,14 +1,22 @@
-"""Wall time of a FedAvg round through the Ray actors vs the same computation in one process.
+"""Wall time of a steady-state FedAvg round through privsilo's Ray actors vs the same computation in one process.
 
-Both sides use the same data split, seeds, silo objects and aggregation; the baseline simply calls the silos
-one after another in this process. Prints the median seconds per round of each and their ratio
-(actors / single process); the project's goal is a ratio of at most 1.15.
+The workload is issue 13's (``benchmarks/workload.py``: 10 IID silos of digits, MLP 64-128-10, batch 32, lr 0.1,
+2 CPUs: two worker actors of one CPU, five silos each), run with each of the given numbers of local steps (default
+20 and 5). A second packing, all ten silos in one worker actor, does the same sequential work as the baseline, so
+its ratio is the actors' fixed per-round cost alone. The baseline (the floor) calls the same silo objects and the
+same server aggregation and evaluation one after another in this process, with no Ray, on one torch thread (as
+each actor has: for this small network more threads only add synchronisation, which on a busy machine costs
+many times the work; ``--baseline-threads`` changes it). Rounds of the two alternate (one baseline round, one
+actor round), so that both see the same load on a shared machine. Prints, per packing and local-step count, the
+median seconds per round of each after the warm-up rounds and their ratio (actors / single process); the goal is
+at most 1.15. Both compute the same model, and the final test accuracies are printed side by side.
 
-    python benchmarks/bench_round_overhead.py [--silos 10] [--rounds 12] [--model mlp] [--local-steps 100]
+    python benchmarks/bench_round_overhead.py [--local-steps 20 5] [--rounds 12] [--warmup 2] [--baseline-threads 1]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -23,82 +31,82 @@ from simulator.engine import Federation, _initial_state, _seeds, _silo_indices
 from simulator.messages import RoundBroadcast
 from simulator.scenario import validate_scenario
 from simulator.silo import Silo, SiloSpec
+from workload import fedavg_scenario
 
 
-def scenario_for(args: argparse.Namespace):
-    return validate_scenario(
-        {
-            "name": "bench_round_overhead",
-            "seed": 0,
-            "data": {"dataset": args.dataset, "partition": "iid", "silos": args.silos},
-            "model": {"name": args.model},
-            "federation": {"rounds": args.rounds, "client_rate": 1.0, "local_steps": args.local_steps, "batch_size": 32, "lr": 0.05},
-            "mechanism": {"name": "none"},
-            "resources": {"server": {"num_cpus": 0.1}, "silo": {"num_cpus": 0.1, "num_gpus": 0}},
-        }
-    )
+class SingleProcessFederation:
+    """The baseline: the scenario's silos and server objects, called in turn in this process on ``threads`` torch
+    threads."""
+
+    def __init__(self, scenario, *, threads: int) -> None:
+        dataset = load_dataset(scenario.data.dataset, seed=scenario.seed)
+        seeds = _seeds(scenario.seed, scenario.data.silos)
+        parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
+        common = dict(scenario=scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+        self.silos = [
+            Silo(SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i]), features=dataset.x_train[idx],
+                 labels=dataset.y_train[idx], device=torch.device("cpu"), **common)
+            for i, idx in enumerate(parts)
+        ]
+        self.server = ServerActor(num_cpus=0)
+        self.server.open(workers=(), test_features=dataset.x_test, test_labels=dataset.y_test,
+                         initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common)
+        torch.set_num_threads(threads)  # after ServerActor, which sets torch's threads to its CPU share
+        self.protocol = PlainSumServer()
+        self.participants = tuple(range(len(self.silos)))
+
+    def run_round(self, round_index: int) -> float:
+        """One round; the test accuracy after it."""
+        server = self.server
+        broadcast = RoundBroadcast(round_index=round_index, participants=self.participants, state=server.state)
+        inbox = {silo.silo_id: silo.train(broadcast).payload for silo in self.silos}
+        total = self.protocol.combine(inbox, round_index=round_index, participants=self.participants)
+        server.state = server.mechanism.aggregate(server.state, total, num_participants=len(self.silos))
+        return server.evaluate()[1]
 
 
-def single_process_round_times(scenario) -> list[float]:
-    """The baseline: the same silo and server objects, called in turn in this process (all torch threads)."""
-    threads = torch.get_num_threads()
-    dataset = load_dataset(scenario.data.dataset, seed=scenario.seed)
-    seeds = _seeds(scenario.seed, scenario.data.silos)
-    parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
-    common = dict(scenario=scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    silos = [
-        Silo(SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i]), features=dataset.x_train[idx],
-             labels=dataset.y_train[idx], device=torch.device("cpu"), **common)
-        for i, idx in enumerate(parts)
-    ]
-    server = ServerActor(
-        workers=[], test_features=dataset.x_test, test_labels=dataset.y_test,
-        initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common,
-    )
-    torch.set_num_threads(threads)  # the actor classes limit torch to their CPU share; the baseline may use all
-    protocol = PlainSumServer()
-    participants = tuple(range(len(silos)))
-    times = []
-    for round_index in range(scenario.federation.rounds):
-        start = time.perf_counter()
-        broadcast = RoundBroadcast(round_index=round_index, participants=participants, state=server.state)
-        inbox = {s.silo_id: s.train(broadcast).payload for s in silos}
-        total = protocol.combine(inbox, round_index=round_index, participants=participants)
-        server.state = server.mechanism.aggregate(server.state, total, num_participants=len(silos))
-        server.evaluate()
-        times.append(time.perf_counter() - start)
-    return times
+PACKINGS = {"2 workers x 5 silos": 5, "1 worker x 10 silos": 10}
 
 
-def actor_round_times(scenario) -> list[float]:
-    times = []
+def round_times(local_steps: int, *, silos_per_actor: int, rounds: int, baseline_threads: int
+                ) -> tuple[list[float], list[float], tuple[float, float]]:
+    """Seconds per round of the baseline and of the actors, rounds alternating between the two, and the final
+    test accuracy of each (the same computation, so equal up to floating-point summation order)."""
+    raw = fedavg_scenario(name="bench_round_overhead", rounds=rounds, local_steps=local_steps)
+    raw["resources"]["silos_per_actor"] = silos_per_actor
+    scenario = validate_scenario(raw)
+    baseline = SingleProcessFederation(scenario, threads=baseline_threads)
+    single, actors = [], []
     with Federation(scenario) as federation:
-        for round_index in range(scenario.federation.rounds):
+        for round_index in range(rounds):
             start = time.perf_counter()
-            federation.run_round(round_index)
-            times.append(time.perf_counter() - start)
-    return times
+            baseline_accuracy = baseline.run_round(round_index)
+            single.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            actor_accuracy = federation.run_round(round_index).accuracy
+            actors.append(time.perf_counter() - start)
+    return single, actors, (baseline_accuracy, actor_accuracy)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--silos", type=int, default=10)
+    parser.add_argument("--local-steps", type=int, nargs="+", default=[20, 5])
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--dataset", default="digits")
-    parser.add_argument("--model", default="mlp")
-    parser.add_argument("--local-steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--baseline-threads", type=int, default=1)
     args = parser.parse_args()
-    scenario = scenario_for(args)
-    warmup = 2
-    baseline = single_process_round_times(scenario)[warmup:]
-    baseline_threads = torch.get_num_threads()
-    actors = actor_round_times(scenario)[warmup:]
-    base_median, actor_median = statistics.median(baseline), statistics.median(actors)
-    print(f"{args.silos} silos, {args.model} on {args.dataset}, {args.local_steps} local steps, "
-          f"{len(actors)} timed rounds (after {warmup} warm-up rounds), torch threads in baseline: {baseline_threads}")
-    print(f"single process: median {base_median:.4f} s/round")
-    print(f"Ray actors:     median {actor_median:.4f} s/round")
-    print(f"ratio actors / single process: {actor_median / base_median:.3f}  (goal <= 1.15)")
+    print(f"issue 13's workload: 10 IID silos of digits, MLP 64-128-10, batch 32, 2 CPUs; median of "
+          f"{args.rounds - args.warmup} rounds after {args.warmup} warm-up rounds; torch threads in the baseline: "
+          f"{args.baseline_threads}; load average {'/'.join(f'{v:.0f}' for v in os.getloadavg())}")
+    for packing, silos_per_actor in PACKINGS.items():
+        for local_steps in args.local_steps:
+            single, actors, accuracies = round_times(local_steps, silos_per_actor=silos_per_actor, rounds=args.rounds,
+                                                     baseline_threads=args.baseline_threads)
+            base, ray_round = statistics.median(single[args.warmup:]), statistics.median(actors[args.warmup:])
+            print(f"{packing}, {local_steps:3d} local steps: single process {base:.4f} s/round, Ray actors "
+                  f"{ray_round:.4f} s/round, ratio actors / single process {ray_round / base:.3f} (goal <= 1.15); "
+                  f"final accuracy {accuracies[0]:.4f} / {accuracies[1]:.4f}", flush=True)
+    print(f"load average at the end {'/'.join(f'{v:.0f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
   the model of Galli et al.'s synthetic task (ICISSP 2023, Sec. 4.1; theta in R^2); for regression datasets.
 * ``mlp``: flatten, two hidden layers of 200 ReLU units (the "2NN" of McMahan et al. 2017, "Communication-
   Efficient Learning of Deep Networks from Decentralized Data", AISTATS, Sec. 3).
+* ``mlp_128``: flatten, one hidden layer of 128 ReLU units (64-128-10 on digits: the workload of
+  ``benchmarks/bench_vs_flower.py``).
 * ``cnn``: the MNIST CNN of McMahan et al. 2017: 5x5 conv (32 channels), 2x2 max pool, 5x5 conv (64 channels),
   2x2 max pool, fully connected 512 with ReLU, linear output. Convolutions are padded ("same"), so the flatten
   size is 64 * (H // 4) * (W // 4); it runs on 28x28 and on 8x8 images.
@@ -27,8 +29,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-MODELS = ("logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet")
+MODELS = ("logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet", "mlp_128")
 MLP_HIDDEN = 200
+MLP_128_HIDDEN = 128
 CNN_POOLINGS = 2
 SMALL_CNN_KERNEL = 5
 SMALL_CNN_MIN_SIZE = 14  # two unpadded 5x5 convolutions, each followed by a 2x2 pool, leave at least 1x1
@@ -40,7 +43,7 @@ def model_supports(name: str, feature_shape: tuple[int, ...]) -> bool:
     """True when model ``name`` can take inputs of ``feature_shape`` (cnn and lenet need (C, H, W) images)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    if name in ("logistic_regression", "linear_regression", "mlp"):
+    if name in ("logistic_regression", "linear_regression", "mlp", "mlp_128"):
         return len(feature_shape) >= 1 and math.prod(feature_shape) > 0
     if len(feature_shape) != 3 or min(feature_shape) < 1:
         return False
@@ -67,6 +70,8 @@ def parameter_count(name: str, *, feature_shape: tuple[int, ...], num_classes: i
         return math.prod(feature_shape) * num_classes
     if name == "mlp":
         return linear(math.prod(feature_shape), MLP_HIDDEN) + linear(MLP_HIDDEN, MLP_HIDDEN) + linear(MLP_HIDDEN, num_classes)
+    if name == "mlp_128":
+        return linear(math.prod(feature_shape), MLP_128_HIDDEN) + linear(MLP_128_HIDDEN, num_classes)
     channels, height, width = feature_shape
     if name == "cnn":
         scale = 2 ** CNN_POOLINGS
@@ -108,6 +113,12 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
             nn.Linear(math.prod(feature_shape), MLP_HIDDEN), nn.ReLU(),
             nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.ReLU(),
             nn.Linear(MLP_HIDDEN, num_classes),
+        )
+    if name == "mlp_128":
+        return nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(math.prod(feature_shape), MLP_128_HIDDEN), nn.ReLU(),
+            nn.Linear(MLP_128_HIDDEN, num_classes),
         )
     if name == "cnn":
         return _mcmahan_cnn(feature_shape=feature_shape, num_classes=num_classes)

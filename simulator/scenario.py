@@ -50,7 +50,7 @@ class DataConfig(_Block):
 
 
 class ModelConfig(_Block):
-    name: Literal["logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet"] = "logistic_regression"
+    name: Literal["logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet", "mlp_128"] = "logistic_regression"
 
 
 class FederationConfig(_Block):

@@ -11,7 +11,7 @@ from simulator.models import MODELS, build_model, model_supports, parameter_coun
 TABULAR = [(13,), (30,)]
 IMAGES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 SHAPES = TABULAR + IMAGES
-SUPPORTED = [(name, shape) for name in ("logistic_regression", "mlp") for shape in SHAPES] + [
+SUPPORTED = [(name, shape) for name in ("logistic_regression", "mlp", "mlp_128") for shape in SHAPES] + [
     (name, shape) for name in ("cnn", "lenet") for shape in IMAGES] + [("small_cnn", (1, 28, 28)), ("small_cnn", (3, 32, 32))]
 
 
@@ -37,7 +37,7 @@ def test_parameter_count_of_every_shipped_dataset_and_model():
 
 
 def test_support_matrix():
-    for name in ("logistic_regression", "mlp"):
+    for name in ("logistic_regression", "mlp", "mlp_128"):
         assert all(model_supports(name, shape) for shape in SHAPES)
     for name in ("cnn", "lenet"):
         assert not any(model_supports(name, shape) for shape in TABULAR)
@@ -50,6 +50,12 @@ def test_small_cnn_has_the_papers_21840_parameters():
     model = build_model("small_cnn", feature_shape=(1, 28, 28), num_classes=10)
     assert sum(p.numel() for p in model.parameters()) == 21_840
     assert [m.in_features for m in model.modules() if isinstance(m, nn.Linear)] == [320, 50]
+
+
+def test_mlp_128_is_64_128_10_on_digits():
+    model = build_model("mlp_128", feature_shape=(1, 8, 8), num_classes=10)
+    assert [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)] == [(64, 128), (128, 10)]
+    assert sum(p.numel() for p in model.parameters()) == 64 * 128 + 128 + 128 * 10 + 10
 
 
 def test_building_cnn_on_tabular_data_is_refused():
