@@ -13,7 +13,8 @@ from tests.conftest import REPO
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(p for p in SCENARIOS.rglob("*.yaml"))
 SINGLE_NON_MNIST = ["quickstart.yaml", "quickstart_secagg.yaml", "heart_disease_dpsgd.yaml", "rpdp/heart_disease_three_levels.yaml",
-                    "dprivacy/rotated_mnist.yaml", "dprivacy/synthetic_linear.yaml"]
+                    "dprivacy/rotated_mnist.yaml", "dprivacy/synthetic_linear.yaml", "attacks/lfw_dlg.yaml",
+                    "attacks/mnist_defences.yaml", "attacks/mnist_dlg.yaml"]
 
 
 def _validated(name: str, heart_disease_dir):
