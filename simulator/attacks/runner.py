@@ -21,7 +21,7 @@ from simulator.attacks.capture import GroundTruth, RoundCapture, capture_round
 from simulator.attacks.inversion import InversionSettings, Reconstruction, invert, snapshot_steps
 from simulator.attacks.metrics import ImageScores, score_images, summarise_scores, to_pixels
 from simulator.attacks.observation import Observation
-from simulator.cluster import ray_session
+from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.data import DATASETS
 from simulator.engine import resources_needed
 from simulator.errors import ScenarioError
@@ -120,7 +120,10 @@ def attack(
 ) -> AttackReport:
     """Run a scenario's ``attack`` block (defaults where it has none); write the outputs to ``out_dir`` if given."""
     scenario = with_attack_block(resolve_scenario(scenario, overrides), address=address)
-    with ray_session(address=scenario.ray.address, demand=resources_needed(scenario), connect_timeout=scenario.ray.connect_timeout):
+    def demand_for(capacity: Capacity) -> ActorDemand:
+        return resources_needed(scenario, capacity)
+
+    with ray_session(address=scenario.ray.address, demand_for=demand_for, connect_timeout=scenario.ray.connect_timeout):
         _check_task_cpus(scenario.attack)
         started = time.perf_counter()
         capture = capture_round(scenario)

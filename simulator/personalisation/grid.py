@@ -47,7 +47,7 @@ def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds:
     run nothing and report the runs already finished (e.g. a grid run in parts with ``only``)."""
     from tqdm.auto import tqdm
 
-    from simulator.cluster import ActorDemand, ray_session
+    from simulator.cluster import ActorDemand, Capacity, ray_session
     from simulator.engine import resources_needed, run
     from simulator.sweep import load_grid
 
@@ -63,9 +63,11 @@ def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds:
             raise PrivsiloError(f"{grid.name}: no finished run in {out / 'runs'} to report")
         pending = []
     if pending:
-        demand = ActorDemand.covering(resources_needed(scenario) for _, scenario in pending)
+        def demand_for(capacity: Capacity) -> ActorDemand:
+            return ActorDemand.covering(resources_needed(scenario, capacity) for _, scenario in pending)
+
         first = pending[0][1]
-        with ray_session(address=first.ray.address, demand=demand, connect_timeout=first.ray.connect_timeout):
+        with ray_session(address=first.ray.address, demand_for=demand_for, connect_timeout=first.ray.connect_timeout):
             for item, scenario in tqdm(pending, desc=grid.name, unit="run", disable=not progress):
                 run(scenario, out_dir=item.directory)
     write_report(runs, axes=list(grid.axes), out_dir=out, title=grid.name)
