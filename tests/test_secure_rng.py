@@ -148,9 +148,11 @@ def _uldp_server(*, secure_rng: bool):
     })
     threads = torch.get_num_threads()
     try:
-        return ServerActor(scenario=scenario, silos=[None, None], test_features=np.zeros((1, 1, 8, 8), np.float32),
-                           test_labels=np.zeros(1, np.int64), initial_state=(np.zeros(650),), feature_shape=(1, 8, 8),
-                           num_classes=10, seed=_seeds(0, 2)["server"])
+        server = ServerActor(num_cpus=0.25)
+        server.open(scenario=scenario, workers=[(None, (0, 1))], test_features=np.zeros((1, 1, 8, 8), np.float32),
+                    test_labels=np.zeros(1, np.int64), initial_state=(np.zeros(650),), feature_shape=(1, 8, 8),
+                    num_classes=10, seed=_seeds(0, 2)["server"])
+        return server
     finally:
         torch.set_num_threads(threads)  # the actor limits its process's threads; this process is the test's
 
