@@ -70,7 +70,8 @@ def privsilo_side(scenario_json: str, result_path: str) -> None:
 
     result = run(json.loads(scenario_json))
     accuracies = [record.report.accuracy for record in result.rounds]
-    Path(result_path).write_text(json.dumps({"accuracy": accuracies[-1], "accuracies": accuracies, "timing": dict(result.timing)}))
+    summary = {"accuracy": accuracies[-1], "accuracies": accuracies, "timing": dict(result.timing)}
+    Path(result_path).write_text(json.dumps(summary))
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
