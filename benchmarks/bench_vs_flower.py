@@ -11,9 +11,10 @@ accuracies (goal: privsilo's at least Flower's).
 Both sides train the same network from the same initial weights on the same split (exported to an ``.npz`` from
 privsilo's own data loading and IID partition), with plain SGD on the same batches (each silo's generator seeded
 as privsilo seeds it and kept across rounds), and evaluate the global model on the same test split; the script
-prints in how many rounds the two test accuracies differ (float rounding only: expected 0). Both use 2 logical CPUs for their workers: Flower one worker actor per
-CPU (``client_resources.num_cpus = 1``, its ServerApp in the driver), privsilo two silo worker actors of one CPU
-each hosting five silos apiece (its server actor holds no CPU share, like Flower's server).
+prints in how many rounds the two test accuracies differ (float rounding only: expected 0). Both use 2 logical
+CPUs for their workers: Flower one worker actor per CPU (``client_resources.num_cpus = 1``, its ServerApp in the
+driver), privsilo two silo worker actors of one CPU hosting five silos each (its server actor holds no CPU share,
+like Flower's server).
 Flower is not a dependency of privsilo: ``bash benchmarks/flower_env.sh`` makes its environment first.
 
     python benchmarks/bench_vs_flower.py [--repeats 3] [--rounds 10] [--local-steps 20]
@@ -70,7 +71,8 @@ def privsilo_side(scenario_json: str, result_path: str) -> None:
 
     result = run(json.loads(scenario_json))
     accuracies = [record.report.accuracy for record in result.rounds]
-    Path(result_path).write_text(json.dumps({"accuracy": accuracies[-1], "accuracies": accuracies, "timing": dict(result.timing)}))
+    summary = {"accuracy": accuracies[-1], "accuracies": accuracies, "timing": dict(result.timing)}
+    Path(result_path).write_text(json.dumps(summary))
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
@@ -132,19 +134,22 @@ def main() -> None:
     shutil.rmtree(work)
     # The same computation: the same batches from the same weights; only float rounding (privsilo aggregates in
     # float64, Flower in float32) may move a test prediction.
-    differing = max(sum(a != b for a, b in zip(row["privsilo"]["accuracies"], row["flower"]["accuracies"])) for row in rows)
+    differing = max(sum(a != b for a, b in zip(row["privsilo"]["accuracies"], row["flower"]["accuracies"]))
+                    for row in rows)
 
     def median(side: str, key: str) -> float:
         return statistics.median(row[side][key] for row in rows)
 
     print(f"workload: {SILOS} IID silos of digits, MLP 64-128-10, {args.local_steps} local SGD steps of batch 32 at "
           f"lr 0.1, {args.rounds} rounds, FedAvg, {CPUS} CPUs; medians of {args.repeats} repetitions, end to end; "
-          f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, {fmt_load(os.getloadavg())} at the end")
+          f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, "
+          f"{fmt_load(os.getloadavg())} at the end")
     for side, label in (("privsilo", "privsilo:"), ("flower", "Flower:  ")):
         print(f"{label} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}")
     print(f"ratio privsilo / Flower: {median('privsilo', 'wall_seconds') / median('flower', 'wall_seconds'):.3f}  "
           f"(goal <= 0.5, at equal or better accuracy)")
-    print(f"rounds whose test accuracy differs between the two (same batches, same initial weights): {differing} of {args.rounds}")
+    print(f"rounds whose test accuracy differs between the two (same batches, same initial weights): "
+          f"{differing} of {args.rounds}")
 
 
 if __name__ == "__main__":
