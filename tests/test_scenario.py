@@ -16,7 +16,7 @@ from tests.conftest import REPO, small_scenario
 def test_defaults_fill_a_minimal_scenario():
     scenario = validate_scenario({"name": "x"})
     resolved = scenario.to_dict()
-    assert resolved["data"] == {"dataset": "digits", "partition": "iid", "silos": 5, "alpha": None, "shards_per_silo": 2, "path": None, "users": None, "rotations": None}
+    assert resolved["data"] == {"dataset": "digits", "partition": "iid", "silos": 5, "alpha": None, "shards_per_silo": 2, "path": None, "users": None, "rotations": None, "max_records_per_silo": None}
     assert resolved["mechanism"] == {"name": "none"}
     assert resolved["federation"]["client_rate"] == 1.0
 

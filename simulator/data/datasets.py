@@ -92,7 +92,7 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("fashion_mnist", "image", "Fashion-MNIST (60,000 / 10,000), Debian dataset-fashion-mnist", True,
                     (1, 28, 28), train_records=60_000, pixel_scale=(FASHION_MNIST_MEAN, FASHION_MNIST_STD)),
         DatasetInfo("lfw", "image", "scikit-image's LFW subset: 100 faces and 100 non-face crops, 25x25 grey (face or not)",
-                    False, (1, 25, 25), num_classes=2, pixel_scale=(0.0, 1.0)),
+                    False, (1, 25, 25), train_records=160, num_classes=2, pixel_scale=(0.0, 1.0)),
         DatasetInfo("synthetic_linear", "regression",
                     "Galli et al.'s two linear models y = x.theta_g + U[0,1) in R^2, 10 records per user (one per silo)",
                     False, (2,), records_per_silo=10, num_classes=1),
