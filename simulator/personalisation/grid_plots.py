@@ -83,7 +83,7 @@ def plot_hypotheses_per_round(runs: Sequence[GridRun], *, title: str, path: Path
         ax.set(xlabel="round", title=f"nu = {nu:g}")
     axes[0][0].set_ylabel("test MSE (best group)" if regression else "test accuracy (best group)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{title}: the {k_max} hypotheses per round (seed {seed})")
+    fig.suptitle(f"{title}: the {k_max} hypotheses per round (seed {seed})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
