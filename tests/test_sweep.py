@@ -105,7 +105,7 @@ def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
 
 def test_shipped_grids_load_and_every_combination_validates():
     grids = sorted((REPO / "scenarios").rglob("*_grid.yaml"))
-    assert len(grids) == 11
+    assert len(grids) == 12
     for path in grids:
         grid = load_grid(path)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
