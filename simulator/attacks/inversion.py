@@ -44,6 +44,10 @@ from simulator.errors import ScenarioError
 from simulator.models import build_model
 
 
+METHODS = ("dlg", "idlg")
+LINE_SEARCHES = ("strong_wolfe", "none")
+
+
 @dataclass(frozen=True)
 class InversionSettings:
     """How to run one inversion: ``method`` dlg or idlg, L-BFGS ``iterations`` (outer steps), ``line_search``
@@ -53,6 +57,10 @@ class InversionSettings:
     iterations: int
     line_search: str
     snapshot_steps: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS or self.line_search not in LINE_SEARCHES or self.iterations < 1:
+            raise ValueError(f"method must be one of {METHODS}, line_search one of {LINE_SEARCHES}, iterations >= 1; got {self}")
 
 
 @dataclass(frozen=True)
