@@ -414,7 +414,7 @@ def _check_protocol(scenario: Scenario) -> None:
 
 def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     """The ``attack`` block against the rest of the scenario (what is known before any data is partitioned)."""
-    from simulator.attacks.config import ATTACKABLE_MECHANISMS
+    from simulator.attacks.config import ATTACKABLE_MECHANISMS, EPOCH_MECHANISMS
     from simulator.data import DATASETS
 
     attack, name = scenario.attack, scenario.mechanism.name
@@ -424,8 +424,8 @@ def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     if name not in ATTACKABLE_MECHANISMS:
         raise ScenarioError(
             "mechanism.name", name,
-            f"the attack reads a silo's upload as the model delta of its local SGD steps ([weight x delta, weight]); "
-            f"'{name}' uploads something else; attackable: {', '.join(ATTACKABLE_MECHANISMS)}",
+            f"the attack reads a silo's upload as the model change of its local SGD steps ([weight x delta, weight], or "
+            f"the trained parameters); '{name}' uploads something else; attackable: {', '.join(ATTACKABLE_MECHANISMS)}",
         )
     for silo in attack.targets:
         if silo >= scenario.data.silos:
@@ -438,6 +438,14 @@ def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     cap = scenario.data.max_records_per_silo
     if cap is not None and batch > cap:
         raise ScenarioError("attack.batch_size", batch, f"larger than the silos' records (data.max_records_per_silo = {cap})")
+    epochs = scenario.mechanism.params.local_epochs if name in EPOCH_MECHANISMS else None
+    if epochs is not None and (cap is None or cap > batch):
+        raise ScenarioError(
+            "mechanism.local_epochs", epochs,
+            f"each epoch reshuffles a silo's records into batches of {batch}, an order the attacker cannot replay unless "
+            f"the silo holds one batch: set data.max_records_per_silo = {batch} (the batch size), or remove "
+            "mechanism.local_epochs (federation.local_steps steps of independent batches)",
+        )
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:

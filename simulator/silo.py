@@ -107,11 +107,14 @@ class Silo:
 
     def watch_inputs(self) -> None:
         """Measurement only (attack reports, never the server): from now on note which of this silo's records local
-        training feeds to the model, one array of dataset record ids per forward pass (see ``watched_records``)."""
+        training feeds to the model, one array of dataset record ids per forward pass in training mode (see
+        ``watched_records``; evaluation passes, such as d-privacy's choice of hypothesis, are not noted)."""
         self._watched = []
         self._watch = self._watch or self._model.register_forward_pre_hook(self._note_inputs)
 
-    def _note_inputs(self, _module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+    def _note_inputs(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        if not module.training:
+            return
         records = self._features.reshape(self.num_records, -1)
         rows = inputs[0].detach().reshape(inputs[0].shape[0], -1)
         self._watched.append(self.record_ids[[int(torch.nonzero((records == row).all(dim=1))[0, 0]) for row in rows]])

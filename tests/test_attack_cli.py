@@ -31,6 +31,14 @@ def test_attack_on_a_silo_that_does_not_exist_exits_2_naming_the_field(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_attack_on_dprivacy_epochs_it_cannot_replay_exits_2_naming_the_field(tmp_path):
+    mechanism = "mechanism={name: dprivacy, nu: 0.001, radius: 0.05, local_epochs: 2}"
+    proc = privsilo("attack", str(_scenario_file(tmp_path)), "--set", mechanism, "--out", str(tmp_path / "out"))
+    line = one_error_line(proc)
+    assert line.startswith("privsilo: error: mechanism.local_epochs: got 2;") and "data.max_records_per_silo = 1" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tiny_attack_writes_its_report_and_plots(ray_local, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["attack", str(_scenario_file(tmp_path)), "--out", str(out), "--no-progress"]) == 0

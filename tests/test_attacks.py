@@ -1,6 +1,6 @@
 """DLG and iDLG on real uploads of a silo trained in this process (the silo actor's class, its real mechanism and
-protocol code, no Ray), the metrics against hand-computed values, the attack's inputs (no ground truth) and the
-attack block's validation."""
+protocol code, no Ray), the reading of d-privacy's uploaded parameters, an attack on d-privacy through Ray, the
+metrics against hand-computed values, the attack's inputs (no ground truth) and the attack block's validation."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.base import model_to_vector
+from mechanisms.base import load_vector_into_model, model_to_vector
 from simulator.silo import Silo, SiloSpec
 from simulator.attacks.capture import check_sampled, check_target, ground_truth, make_observation
-from simulator.attacks.inversion import InversionSettings, _split_like, invert, label_from_gradient, snapshot_steps
+from simulator.attacks.inversion import InversionSettings, _split_like, accumulated_gradient, invert, label_from_gradient, snapshot_steps
 from simulator.attacks.metrics import pair, psnr, score_images, ssim, summarise_scores, to_pixels
 from simulator.attacks.observation import Observation
-from simulator.attacks.runner import invert_task
+from simulator.attacks.runner import attack, invert_task
 from simulator.data import load_dataset
 from simulator.data.datasets import MNIST_MEAN, MNIST_STD
 from simulator.errors import ScenarioError
@@ -47,18 +47,23 @@ def lenet_scenario(**changes):
     return validate_scenario(small_scenario(**blocks))
 
 
-def silo_upload(scenario, records):
+def initial_state(scenario, seed=0):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return model_to_vector(build_model(scenario.model.name, feature_shape=DIGITS.feature_shape, num_classes=DIGITS.num_classes))
+
+
+def silo_upload(scenario, records, hypotheses=None):
     """One round of one silo holding ``records`` of digits' training set, through the silo's own code: the
-    observation the server gets and the ground truth the silo notes."""
+    observation the server gets and the ground truth the silo notes. ``hypotheses``: the broadcast global state
+    (default: one model drawn with seed 0)."""
     ids = np.asarray(records)
     silo = Silo(SiloSpec(silo_id=0, record_ids=ids, seed=7), features=DIGITS.x_train[ids], labels=DIGITS.y_train[ids],
                 scenario=scenario, feature_shape=DIGITS.feature_shape, num_classes=DIGITS.num_classes, device=torch.device("cpu"))
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        state = model_to_vector(build_model(scenario.model.name, feature_shape=DIGITS.feature_shape, num_classes=DIGITS.num_classes))
+    hypotheses = hypotheses or (initial_state(scenario),)
     silo.watch_inputs()
-    update = silo.train(RoundBroadcast(round_index=0, participants=(0,), state=(state,)))
-    observation = make_observation(scenario, payload=update.payload, state=state, silo_records=len(ids), dataset=DIGITS)
+    update = silo.train(RoundBroadcast(round_index=0, participants=(0,), state=hypotheses))
+    observation = make_observation(scenario, payload=update.payload, hypotheses=hypotheses, silo_records=len(ids), dataset=DIGITS)
     truth = ground_truth(silo.watched_records(), dataset=DIGITS, steps_share_batch=observation.steps_share_batch)
     return observation, truth
 
@@ -112,8 +117,8 @@ def test_metrics_equal_hand_computed_values():
     assert summarise_scores([], success_psnr=30.0) == {"psnr": None, "ssim": None, "mse": None, "label_accuracy": None, "success": False}
 
 
-PUBLIC_KNOWLEDGE = {"payload", "state", "mechanism", "model", "feature_shape", "num_classes", "lr", "local_steps", "batch_size",
-                    "silo_records", "max_grad_norm", "fractional_bits"}
+PUBLIC_KNOWLEDGE = {"payload", "hypotheses", "mechanism", "model", "feature_shape", "num_classes", "lr", "local_steps", "batch_size",
+                    "silo_records", "max_grad_norm", "max_update_norm", "fractional_bits"}
 
 
 def test_the_attack_gets_the_server_inbox_and_public_knowledge_never_the_ground_truth():
@@ -148,6 +153,9 @@ def test_a_nan_loss_restarts_from_the_best_point_and_is_counted():
         ({"data": {"dataset": "breast_cancer", "silos": 3}, "model": {"name": "mlp"}}, "data.dataset"),
         ({"mechanism": {"name": "uldp", "variant": "naive"}, "data": {"dataset": "digits", "silos": 3, "users": {"count": 10}}}, "mechanism.name"),
         ({"attack": {"seeds": 0}}, "attack.seeds"),
+        ({"mechanism": {"name": "dprivacy", "nu": 0.0, "radius": 1.0, "local_epochs": 1}}, "mechanism.local_epochs"),
+        ({"mechanism": {"name": "dprivacy", "nu": 0.0, "radius": 1.0, "local_epochs": 1},
+          "data": {"dataset": "digits", "silos": 3, "max_records_per_silo": 2}}, "mechanism.local_epochs"),
     ],
 )
 def test_a_bad_attack_block_names_the_field(changes, field):
@@ -190,3 +198,61 @@ def test_multi_step_updates_are_modelled_step_by_step():
     scores = score_images(to_pixels(rec.inputs, pixel_scale=(0, 1)), rec.labels, originals=truth.features, original_labels=truth.labels)
     assert min(s.psnr for s in scores) > 30 and all(s.label_correct for s in scores)
     assert math.isfinite(rec.losses[-1])
+
+
+def dprivacy_scenario(*, radius, nu=0.0, hypotheses=1, local_epochs=None, silos=3, **changes):
+    mechanism = {"name": "dprivacy", "hypotheses": hypotheses, "nu": nu, "calibration": "clipped", "radius": radius}
+    data = {"dataset": "digits", "partition": "iid", "silos": silos}
+    if local_epochs is not None:
+        mechanism["local_epochs"] = local_epochs
+        data["max_records_per_silo"] = 1  # one batch: every epoch is one step on it, which the attacker replays
+    return lenet_scenario(mechanism=mechanism, data=data, **changes)
+
+
+def batch_gradient(observation, truth):
+    """The true mean cross-entropy gradient of the silo's records at the hypothesis the attacker read (flat)."""
+    model = build_model("lenet", feature_shape=DIGITS.feature_shape, num_classes=10)
+    load_vector_into_model(model, observation.start())
+    loss = torch.nn.functional.cross_entropy(model(torch.tensor(truth.features)), torch.tensor(truth.labels))
+    return np.concatenate([g.reshape(-1).numpy() for g in torch.autograd.grad(loss, list(model.parameters()))])
+
+
+def replayed_gradient(observation, truth):
+    """The attacker's model of the round run on the silo's true records (flat)."""
+    model = build_model("lenet", feature_shape=DIGITS.feature_shape, num_classes=10)
+    load_vector_into_model(model, observation.start())
+    start = {name: p.detach().requires_grad_(True) for name, p in model.named_parameters()}
+    targets = torch.nn.functional.one_hot(torch.tensor(truth.labels), 10).float()
+    grads = accumulated_gradient(model, start, torch.tensor(truth.features), targets, observation=observation)
+    return np.concatenate([g.detach().reshape(-1).numpy() for g in grads])
+
+
+def test_a_dprivacy_upload_without_noise_reveals_the_batch_gradient_after_subtracting_the_hypothesis():
+    unclipped, truth = silo_upload(dprivacy_scenario(radius=100.0), records=[5, 17, 40])
+    assert len(truth.record_ids) == 1  # the one step's record, not the records the silo evaluated the hypothesis on
+    gradient = batch_gradient(unclipped, truth)
+    assert unclipped.model_change().hypothesis == 0
+    assert np.allclose(unclipped.observed_gradient(), gradient, rtol=1e-4, atol=1e-5)
+    # a radius of half the update's norm: the silo clips, and so must the attacker's model of the round
+    radius = 0.5 * unclipped.lr * float(np.linalg.norm(gradient))
+    clipped, truth = silo_upload(dprivacy_scenario(radius=radius), records=[5, 17, 40])  # the same record (same seed)
+    assert np.linalg.norm(clipped.model_change().delta) == pytest.approx(radius, rel=1e-5)
+    assert np.allclose(clipped.observed_gradient(), 0.5 * gradient, rtol=1e-4, atol=1e-5)
+    assert np.allclose(replayed_gradient(clipped, truth), clipped.observed_gradient(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_dprivacy_upload_is_read_against_the_nearest_of_several_hypotheses_and_its_epochs_replayed():
+    scenario = dprivacy_scenario(radius=100.0, hypotheses=2, local_epochs=3)
+    hypotheses = (initial_state(scenario, seed=1), initial_state(scenario, seed=0))  # record 11 has the lower loss under the second
+    observation, truth = silo_upload(scenario, records=[11], hypotheses=hypotheses)
+    assert observation.local_steps == 3 and observation.steps_share_batch and truth.record_ids.tolist() == [11]
+    assert observation.model_change().hypothesis == 1
+    assert np.allclose(replayed_gradient(observation, truth), observation.observed_gradient(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("nu", "succeeds"), [(1e-3, True), (10.0, False)])
+def test_dlg_through_ray_reconstructs_a_dprivacy_upload_at_small_nu_and_fails_at_large_nu(ray_local, nu, succeeds):
+    scenario = dprivacy_scenario(radius=0.05, nu=nu, silos=1, attack={"iterations": 20, "seeds": [0]})
+    report = attack(scenario.to_dict())
+    (run,) = report.runs
+    assert run.figures["success"] is succeeds and (run.figures["psnr"] >= 30) is succeeds, run.figures

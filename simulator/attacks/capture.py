@@ -3,7 +3,8 @@ target silos trained on (for the report).
 
 :func:`capture_round` runs a scenario's federation up to ``attack.round`` and returns a :class:`RoundCapture`:
 per target silo an :class:`~simulator.attacks.observation.Observation` built only from the server inbox, the
-broadcast model and public settings, and a :class:`GroundTruth` that the simulator notes inside the silo
+broadcast global state (every hypothesis, for d-privacy) and public settings, among them the local training the
+silo runs (:func:`local_steps_run`), and a :class:`GroundTruth` that the simulator notes inside the silo
 (``Silo.watch_inputs``: which records its local training fed to the model) and hands to the report only.
 """
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mechanisms.base import model_to_vector
-from simulator.attacks.config import CLIPPING_MECHANISMS
+from simulator.attacks.config import CLIPPING_MECHANISMS, EPOCH_MECHANISMS, UPDATE_CLIPPING_MECHANISMS
 from simulator.attacks.inversion import check_has_gradients
 from simulator.attacks.observation import Observation
 from simulator.data import Dataset
@@ -45,23 +45,33 @@ class RoundCapture:
     truths: Mapping[int, GroundTruth]
 
 
-def make_observation(scenario: Scenario, *, payload: Any, state: np.ndarray, silo_records: int, dataset: Dataset) -> Observation:
+def make_observation(
+    scenario: Scenario, *, payload: Any, hypotheses: tuple[np.ndarray, ...], silo_records: int, dataset: Dataset
+) -> Observation:
     """An observation from a server-inbox message and what the server knows anyway (scenario, broadcast, placement)."""
-    fed, params = scenario.federation, scenario.mechanism.params
+    fed, name, params = scenario.federation, scenario.mechanism.name, scenario.mechanism.params
     return Observation(
         payload=payload,
-        state=np.asarray(state, dtype=np.float64),
-        mechanism=scenario.mechanism.name,
+        hypotheses=tuple(np.asarray(h, dtype=np.float64) for h in hypotheses),
+        mechanism=name,
         model=scenario.model.name,
         feature_shape=tuple(dataset.feature_shape),
         num_classes=dataset.num_classes,
         lr=fed.lr,
-        local_steps=fed.local_steps,
+        local_steps=local_steps_run(scenario),
         batch_size=fed.batch_size,
         silo_records=silo_records,
-        max_grad_norm=params.max_grad_norm if scenario.mechanism.name in CLIPPING_MECHANISMS else None,
+        max_grad_norm=params.max_grad_norm if name in CLIPPING_MECHANISMS else None,
+        max_update_norm=params.radius if name in UPDATE_CLIPPING_MECHANISMS else None,
         fractional_bits=scenario.protocol.fractional_bits,
     )
+
+
+def local_steps_run(scenario: Scenario) -> int:
+    """The SGD steps of a silo's local training: ``federation.local_steps``, or for d-privacy with
+    ``mechanism.local_epochs`` E one step per epoch (the scenario's checks confine it to silos of one batch)."""
+    epochs = scenario.mechanism.params.local_epochs if scenario.mechanism.name in EPOCH_MECHANISMS else None
+    return scenario.federation.local_steps if epochs is None else epochs
 
 
 def ground_truth(watched: list[np.ndarray], *, dataset: Dataset, steps_share_batch: bool) -> GroundTruth:
@@ -85,13 +95,13 @@ def capture_round(scenario: Scenario) -> RoundCapture:
             check_target(scenario, silo=silo, records=records[silo])
         for round_index in range(attack.round - 1):
             federation.run_round(round_index)
-        state = _state_vector(federation.model_state(), scenario=scenario, dataset=dataset)
+        hypotheses = federation.global_state()
         federation.watch_inputs(attack.targets)
         report = federation.run_round(attack.round - 1)
         watched = federation.watched_records(attack.targets)
         inbox = federation.server_inbox()
     check_sampled(scenario, participants=report.participants)
-    observations = {s: make_observation(scenario, payload=inbox[s], state=state, silo_records=records[s], dataset=dataset) for s in attack.targets}
+    observations = {s: make_observation(scenario, payload=inbox[s], hypotheses=hypotheses, silo_records=records[s], dataset=dataset) for s in attack.targets}
     truths = {s: ground_truth(watched[s], dataset=dataset, steps_share_batch=observations[s].steps_share_batch) for s in attack.targets}
     return RoundCapture(round=attack.round, participants=report.participants, observations=observations, truths=truths)
 
@@ -106,7 +116,7 @@ def check_sampled(scenario: Scenario, *, participants: tuple[int, ...]) -> None:
 
 def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
     """Refuse (exit 2) a batch larger than the target's records, and iDLG on a round that trains several records."""
-    batch, steps = scenario.federation.batch_size, scenario.federation.local_steps
+    batch, steps = scenario.federation.batch_size, local_steps_run(scenario)
     if batch > records:
         raise ScenarioError("attack.batch_size", batch, f"larger than silo {silo}'s {records} records")
     if scenario.attack.method == "idlg" and steps > 1 and records > 1:
@@ -117,10 +127,4 @@ def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
         )
 
 
-def _state_vector(state_dict: Mapping[str, Any], *, scenario: Scenario, dataset: Dataset) -> np.ndarray:
-    model = build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    model.load_state_dict(state_dict)
-    return model_to_vector(model)
-
-
-__all__ = ["GroundTruth", "RoundCapture", "capture_round", "check_sampled", "check_target", "ground_truth", "make_observation"]
+__all__ = ["GroundTruth", "RoundCapture", "capture_round", "check_sampled", "check_target", "ground_truth", "local_steps_run", "make_observation"]

@@ -11,13 +11,16 @@ record the cross-entropy gradient of the last layer's bias is ``softmax(logits) 
 the label only, so the label is the argmin of that entry (without a bias, of the row sums of the last weight's
 gradient, which has the same signs when the features are non-negative); then the input alone is optimised.
 
-**The attacker's model of the round.** The observed gradient is ``-delta / lr`` of the upload (see
+**The attacker's model of the round.** The observed gradient is ``-delta / lr`` of the upload, read from the
+broadcast hypothesis nearest to it when the mechanism uploads parameters (see
 :meth:`~simulator.attacks.observation.Observation.observed_gradient`). The attacker replays the silo's
-``local_steps`` SGD steps at ``lr`` from the broadcast model on the dummy records and sums their gradients
-(the "local updates" user of the breaching library): every step on the same batch when the silo holds one
-batch, else step k on its own ``batch_size`` dummies. For ``dp_sgd`` and ``rpdp`` each dummy record's gradient
-is clipped to the public ``max_grad_norm`` and the clipped sum divided by the batch size, as the silo does; the
-noise is unknown to the attacker and left out. With one plain step this is exactly DLG's gradient matching.
+``local_steps`` SGD steps at ``lr`` from that hypothesis on the dummy records and sums their gradients (the
+"local updates" user of the breaching library): every step on the same batch when the silo holds one batch, else
+step k on its own ``batch_size`` dummies. For ``dp_sgd`` and ``rpdp`` each dummy record's gradient is clipped to
+the public ``max_grad_norm`` and the clipped sum divided by the batch size, as the silo does; for ``dprivacy``
+(Galli et al., ICISSP 2023, Algorithm 2, ``calibration: clipped``) the replayed delta ``-lr x sum`` is clipped to
+the public radius R, as the silo clips its update. The noise is unknown to the attacker and left out. With one
+plain step this is exactly DLG's gradient matching.
 
 **Optimiser.** ``torch.optim.LBFGS`` with its defaults (learning rate 1, up to 20 inner iterations per outer
 step), ``iterations`` outer steps. ``line_search: strong_wolfe`` (default) adds a strong-Wolfe line search;
@@ -142,7 +145,16 @@ def accumulated_gradient(
         total = grads if total is None else [t + g for t, g in zip(total, grads)]
         if step + 1 < observation.local_steps:
             params = {name: p - observation.lr * g for (name, p), g in zip(params.items(), grads)}
-    return total
+    return _clip_update(total, lr=observation.lr, max_update_norm=observation.max_update_norm)
+
+
+def _clip_update(gradient: list[torch.Tensor], *, lr: float, max_update_norm: float | None) -> list[torch.Tensor]:
+    """The summed gradient scaled as the silo clips its delta ``-lr x gradient`` to norm ``max_update_norm`` (None: as is)."""
+    if max_update_norm is None:
+        return gradient
+    norm = lr * torch.sqrt(sum((g ** 2).sum() for g in gradient))
+    factor = torch.clamp(max_update_norm / (norm + 1e-12), max=1.0)
+    return [factor * g for g in gradient]
 
 
 def _step_gradient(
@@ -168,17 +180,10 @@ def _step_gradient(
 
 
 def _broadcast_model(observation: Observation) -> torch.nn.Module:
-    """The model as broadcast; refuses a model without gradients and an upload that is not a model delta."""
+    """The model as broadcast (the hypothesis the silo trained); refuses a model without gradients."""
     model = build_model(observation.model, feature_shape=observation.feature_shape, num_classes=observation.num_classes)
     check_has_gradients(model, name=observation.model)
-    size = sum(p.numel() for p in model.parameters())
-    uploaded = observation.uploaded_vector().size
-    if uploaded != size + 1:
-        raise ScenarioError(
-            "mechanism.name", observation.mechanism,
-            f"its upload has {uploaded} values where a model delta with its weight has {size + 1}: not gradient-like",
-        )
-    load_vector_into_model(model, observation.state)
+    load_vector_into_model(model, observation.start())
     return model
 
 

@@ -4,16 +4,60 @@ An honest-but-curious server sees exactly one protocol message per participating
 knows what it broadcast and the public settings of the federation. :class:`Observation` holds only those; the
 records the silo actually trained on (the ground truth of an attack report) live elsewhere
 (:class:`simulator.attacks.runner.GroundTruth`) and never enter an observation.
+
+The upload is read by its mechanism's form (:data:`simulator.attacks.config.UPLOAD_FORMS`) into a
+:class:`ModelChange`: which broadcast hypothesis the silo trained and the model change ``delta``. FedAvg's
+``[weight x delta, weight]`` (McMahan et al. 2017) has one hypothesis and gives ``delta`` after division by the
+weight; d-privacy's parameters ``theta_j + delta' + noise`` (Galli et al., ICISSP 2023) do not say j, so the
+attacker takes the hypothesis nearest to the upload in Euclidean distance (exact for k = 1) and subtracts it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from protocols.plain import PlainVector
 from protocols.secure_aggregation import MaskedVector
+from simulator.attacks.config import PARAMETERS, UPLOAD_FORMS, WEIGHTED_DELTA
+from simulator.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    """An upload read as the model change of a silo's local training: the index of the broadcast hypothesis it
+    started from (as the attacker infers it) and ``delta`` (flat float64, ``model_to_vector`` order)."""
+
+    hypothesis: int
+    delta: np.ndarray
+
+
+def delta_of_weighted_upload(vector: np.ndarray, hypotheses: tuple[np.ndarray, ...]) -> ModelChange:
+    """``[weight x delta, weight]`` -> delta, from the single broadcast model."""
+    return ModelChange(hypothesis=0, delta=vector[:-1] / vector[-1])
+
+
+def delta_of_uploaded_parameters(vector: np.ndarray, hypotheses: tuple[np.ndarray, ...]) -> ModelChange:
+    """Parameters ``theta_j + delta' + noise`` -> ``upload - theta_j`` for the hypothesis j nearest the upload."""
+    distances = [float(np.linalg.norm(vector - theta)) for theta in hypotheses]
+    nearest = int(np.argmin(distances))
+    return ModelChange(hypothesis=nearest, delta=vector - hypotheses[nearest])
+
+
+@dataclass(frozen=True)
+class UploadReading:
+    """How to read one upload form: its length beyond the model's n parameters, and the reading itself."""
+
+    extra_values: int
+    description: str
+    read: Callable[[np.ndarray, tuple[np.ndarray, ...]], ModelChange]
+
+
+UPLOAD_READINGS: dict[str, UploadReading] = {
+    WEIGHTED_DELTA: UploadReading(1, "a model delta with its weight", delta_of_weighted_upload),
+    PARAMETERS: UploadReading(0, "the model's parameters", delta_of_uploaded_parameters),
+}
 
 
 @dataclass(frozen=True)
@@ -21,16 +65,20 @@ class Observation:
     """One upload as the server received it, with the public knowledge the attack may use.
 
     ``payload``: the server-inbox message (a ``PlainVector``, or a ``MaskedVector`` under secure aggregation);
-    ``state``: the global model the server broadcast that round (flat float64, ``model_to_vector`` order);
+    ``hypotheses``: the global state the server broadcast that round, one flat float64 vector per hypothesis
+    (``model_to_vector`` order; one for every mechanism but d-privacy with k > 1);
     ``mechanism``, ``model``, ``feature_shape``, ``num_classes``: the scenario's public choices;
-    ``lr``, ``local_steps``, ``batch_size``: the federation's local SGD settings; ``silo_records``: the silo's
-    record count (``placement``; FedAvg's upload carries it as its weight): with at most ``batch_size`` records
-    every local step uses all of them; ``max_grad_norm``: the public per-record clipping bound of a DP mechanism
-    (None without clipping); ``fractional_bits``: the public precision of the secure-aggregation codec.
+    ``lr``, ``local_steps``, ``batch_size``: the silo's local SGD settings (``local_steps``: the steps it runs,
+    one per epoch for d-privacy's ``local_epochs`` on a silo of one batch); ``silo_records``: the silo's record
+    count (``placement``; FedAvg's upload carries it as its weight): with at most ``batch_size`` records every
+    local step uses all of them; ``max_grad_norm``: the public per-record clipping bound of a DP mechanism (None
+    without clipping); ``max_update_norm``: the public radius to which the silo clips its whole delta
+    (d-privacy's ``radius``; None without clipping); ``fractional_bits``: the public precision of the
+    secure-aggregation codec.
     """
 
     payload: Any
-    state: np.ndarray
+    hypotheses: tuple[np.ndarray, ...]
     mechanism: str
     model: str
     feature_shape: tuple[int, ...]
@@ -40,6 +88,7 @@ class Observation:
     batch_size: int
     silo_records: int
     max_grad_norm: float | None
+    max_update_norm: float | None
     fractional_bits: int
 
     @property
@@ -61,11 +110,25 @@ class Observation:
             return self.payload.data.view(np.int64).astype(np.float64) * 2.0 ** -self.fractional_bits
         raise TypeError(f"cannot read a {type(self.payload).__name__} as an upload")
 
+    def model_change(self) -> ModelChange:
+        """The upload read by its mechanism's form; refuses (exit 2) an upload of another length."""
+        reading = UPLOAD_READINGS[UPLOAD_FORMS[self.mechanism]]
+        vector, size = self.uploaded_vector(), self.hypotheses[0].size
+        if vector.size != size + reading.extra_values:
+            raise ScenarioError(
+                "mechanism.name", self.mechanism,
+                f"its upload has {vector.size} values where {reading.description} has {size + reading.extra_values}: not gradient-like",
+            )
+        return reading.read(vector, self.hypotheses)
+
+    def start(self) -> np.ndarray:
+        """The broadcast hypothesis the attacker takes the silo to have trained."""
+        return self.hypotheses[self.model_change().hypothesis]
+
     def observed_gradient(self) -> np.ndarray:
-        """``-delta / lr`` from the upload ``[weight x delta, weight]``: the sum over the local steps of the
-        (clipped, noisy) mean gradients, exactly the gradient of the batch for a single plain step."""
-        vector = self.uploaded_vector()
-        return -(vector[:-1] / vector[-1]) / self.lr
+        """``-delta / lr``: the sum over the local steps of the (clipped, noisy) mean gradients, exactly the
+        gradient of the batch for a single plain step."""
+        return -self.model_change().delta / self.lr
 
 
-__all__ = ["Observation"]
+__all__ = ["ModelChange", "Observation", "UPLOAD_READINGS", "UploadReading"]
