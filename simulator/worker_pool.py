@@ -61,6 +61,16 @@ class ActorPool:
             self._forget_other_sessions()
             self._idle.extend((shape, handle) for handle in handles)
 
+    def stop_idle(self) -> None:
+        """Stop every idle actor, freeing its resources for work that is not an actor run (e.g. attack tasks)."""
+        import ray
+
+        with self._lock:
+            self._forget_other_sessions()
+            idle, self._idle = self._idle, []
+        for _, handle in idle:
+            ray.kill(handle)
+
     def _forget_other_sessions(self) -> None:
         import ray
 

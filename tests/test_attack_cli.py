@@ -50,3 +50,12 @@ def test_a_tiny_attack_writes_its_report_and_plots(ray_local, tmp_path, capsys):
     assert len(report["targets"]["1"]["record_ids"]) == 1 and report["config"]["attack"]["iterations"] == 10
     for name in ("attack.png", "loss.png"):
         assert (out / name).stat().st_size > 0
+
+
+def test_an_attack_starts_its_tasks_when_the_captured_runs_actors_took_most_cpus(tmp_path):
+    """The run's warm actors (3 x 0.6 CPU here) are stopped before the 1-CPU attack tasks wait for a core."""
+    path = _scenario_file(tmp_path)
+    proc = privsilo("attack", str(path), "--set", "resources.silo.num_cpus=0.6", "--set", "attack.seeds=1",
+                    "--out", str(tmp_path / "out"), "--no-progress", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "out" / "attack.json").read_text())["seeds"][0]["psnr"] > 30

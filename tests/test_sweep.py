@@ -115,7 +115,7 @@ def test_shipped_grids_load_and_every_combination_validates():
             assert len(scenarios) == 18 * len(grid.seeds)
             assert {(s.mechanism.name, s.data.silos, s.federation.client_rate) for s in scenarios} == {("pldp", 100, 0.7)}
         elif path.parent.name == "attacks":  # every defence, each run attacked
-            assert {s.mechanism.name for s in scenarios} == {"none", "dp_sgd", "rpdp"} and all(s.attack for s in scenarios)
+            assert {s.mechanism.name for s in scenarios} == {"none", "dp_sgd", "rpdp", "dprivacy"} and all(s.attack for s in scenarios)
             assert sum(s.protocol.secure_aggregation for s in scenarios) == len(grid.seeds)
         elif path.parent.name == "dprivacy":  # nu x k, personalised runs
             assert {s.mechanism.name for s in scenarios} == {"dprivacy"}

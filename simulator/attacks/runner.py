@@ -26,6 +26,7 @@ from simulator.data import DATASETS
 from simulator.engine import resources_needed
 from simulator.errors import ScenarioError
 from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
+from simulator.worker_pool import POOL
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def invert_task(observation: Observation, settings: InversionSettings, seed: int
 
 
 def _run_inversions(observations: Mapping[int, Observation], *, config: AttackConfig, progress: bool) -> dict[tuple[int, int], Reconstruction]:
+    POOL.stop_idle()  # the captured run's warm actors would otherwise hold the CPUs the tasks wait for
     settings = InversionSettings(method=config.method, iterations=config.iterations, line_search=config.line_search,
                                  snapshot_steps=snapshot_steps(config.iterations))
     task = ray.remote(num_cpus=config.num_cpus)(invert_task)
