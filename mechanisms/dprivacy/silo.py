@@ -33,7 +33,10 @@ class DPrivacySilo(SiloMechanism):
 
 
 def best_hypothesis(context: SiloContext, state: GlobalState) -> int:
-    """argmin_j of the mean loss of hypothesis j on the client's records (ties: the lowest j)."""
+    """argmin_j of the mean loss of hypothesis j on the client's records (ties: the lowest j); with one
+    hypothesis there is nothing to compare, so no pass over the records."""
+    if len(state) == 1:
+        return 0
     losses = [mean_loss(context, vector) for vector in state]
     return int(np.argmin(losses))
 
