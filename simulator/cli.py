@@ -26,25 +26,22 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a scenario and write its results")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
     run.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario key (repeatable)")
-    run.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_overrides(run, help="override a scenario key (repeatable)")
+    _add_ray_options(run)
 
     attack = commands.add_parser("attack", help="run a scenario's gradient-inversion attack (attack: block) and score it")
     attack.add_argument("scenario", type=Path, help="scenario YAML file (its attack: block; defaults where absent)")
     attack.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>_attack)")
-    attack.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario key (repeatable)")
-    attack.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
-    attack.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_overrides(attack, help="override a scenario key (repeatable)")
+    _add_ray_options(attack)
 
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
     sweep.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<grid name>)")
     sweep.add_argument("--seeds", default=None, metavar="N|S1,S2,...", help="run seeds 0..N-1, or the listed seeds, instead of the grid's seeds")
-    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a key of the base scenario (repeatable)")
+    _add_overrides(sweep, help="override a key of the base scenario (repeatable)")
     sweep.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]", help="run only these labels of an axis (repeatable)")
-    sweep.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
-    sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_ray_options(sweep)
 
     merge = commands.add_parser("merge", help="merge the runs of several sweep output directories into one table")
     merge.add_argument("sweeps", type=Path, nargs="+", help="sweep output directories (each with a runs.csv)")
@@ -52,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check a scenario or grid file (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    _add_overrides(validate, help=None)
 
     commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
 
@@ -64,6 +61,16 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
                        help="copy the dataset's files from this local directory instead of downloading them")
     return parser
+
+
+def _add_overrides(command: argparse.ArgumentParser, *, help: str | None) -> None:
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help)
+
+
+def _add_ray_options(command: argparse.ArgumentParser) -> None:
+    """The options of every command that starts (or joins) Ray: --address and --no-progress."""
+    command.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
+    command.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _version() -> str:
