@@ -229,6 +229,22 @@ def test_k_coordinates_upload_is_unbiased_and_sends_the_centre_elsewhere() -> No
     assert (np.abs(means - (center + offsets)) <= Z * sd / math.sqrt(uploads * d / levels.size)).all()
 
 
+def test_all_coordinates_upload_is_exactly_d_eps_ldp_by_enumeration() -> None:
+    """coordinates: all, d = 3 at eps each: enumerate every output vector for every pair of inputs at the ends
+    of the range; the worst ratio is exactly e^(d eps), the figure the accountant composes (``epsilon_per_upload``),
+    so basic composition over the coordinates is tight for PDPM, not just an upper bound."""
+    length, center, epsilon, d = 1.4, 0.1, 0.7, 3
+    perturbation = ClientPerturbation(length=length, center=center, epsilon=epsilon)
+    ends = list(itertools.product((-length / 2, length / 2), repeat=d))
+    by_input = [pdpm_probabilities(np.array(offsets), length=length, epsilon=epsilon) for offsets in ends]
+    worst = 0.0
+    for observed in itertools.product(range(3), repeat=d):  # 0: high, 1: low, 2: zero offset, per coordinate
+        values = [math.prod(p[symbol][j] for j, symbol in enumerate(observed)) for p in by_input]
+        worst = max(worst, max(values) / min(values))
+    assert math.log(worst) == pytest.approx(perturbation.epsilon_per_upload(d), rel=1e-12)
+    assert math.log(worst) == pytest.approx(d * epsilon, rel=1e-12)
+
+
 def test_all_coordinates_upload_spends_d_times_eps() -> None:
     perturbation = ClientPerturbation(length=2.0, center=0.0, epsilon=0.3)
     assert perturbation.epsilon_per_coordinate == 0.3
