@@ -268,3 +268,13 @@ def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     first = next(model.parameters())
     # torch.tensor copies: the parameters must never alias the caller's (e.g. the broadcast) array.
     torch.nn.utils.vector_to_parameters(torch.tensor(vector, dtype=first.dtype, device=first.device), model.parameters())
+
+
+def numpy_generator(generator: torch.Generator, *, words: int) -> np.random.Generator:
+    """A numpy generator keyed by ``words`` x 62 bits drawn from a silo's torch generator, so that every numpy draw
+    a mechanism makes comes from the seed (and ``secure_rng``'s re-keying of that generator reaches it too)."""
+    import torch
+
+    drawn = torch.randint(0, 2**62, (words,), generator=generator, dtype=torch.int64).tolist()
+    return np.random.default_rng(np.random.SeedSequence(drawn))
+

@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.base import GlobalState, SiloContext, SiloContribution, SiloMechanism, load_vector_into_model, prediction_loss
+from mechanisms.base import (
+    GlobalState,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+    load_vector_into_model,
+    numpy_generator,
+    prediction_loss,
+)
 from mechanisms.dprivacy.params import DPrivacyParams
 from mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
 from mechanisms.fedavg import local_sgd
 
 EVALUATION_BATCH = 4096
+NOISE_SEED_WORDS = 2  # each round's noise generator is keyed by 2 x 62 bits from the silo's generator
 
 
 class DPrivacySilo(SiloMechanism):
@@ -27,7 +36,7 @@ class DPrivacySilo(SiloMechanism):
         start = np.asarray(state[choice], dtype=np.float64)
         delta, _ = local_sgd(ctx, start, epochs=self.params.local_epochs)
         upload, event = sanitize_update(
-            start, delta, params=self.params, rng=noise_generator(ctx), hypothesis_spread=hypothesis_spread(state)
+            start, delta, params=self.params, rng=numpy_generator(ctx.generator, words=NOISE_SEED_WORDS), hypothesis_spread=hypothesis_spread(state)
         )
         return SiloContribution(vector=upload, events=(event,))
 
@@ -52,12 +61,3 @@ def mean_loss(context: SiloContext, vector: np.ndarray) -> float:
         for features, labels in zip(torch.split(context.features, EVALUATION_BATCH), torch.split(context.labels, EVALUATION_BATCH)):
             total += prediction_loss(context.model(features), labels).item() * len(labels)
     return total / context.labels.shape[0]
-
-
-def noise_generator(context: SiloContext) -> np.random.Generator:
-    """A numpy generator for this round's noise, keyed by 124 bits drawn from the silo's torch generator (so
-    secure_rng's re-keying of that generator reaches the noise too)."""
-    import torch
-
-    words = torch.randint(0, 2**62, (2,), generator=context.generator, dtype=torch.int64).tolist()
-    return np.random.default_rng(words)

@@ -17,9 +17,7 @@ The local training loss is not released.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
-
-import numpy as np
+from typing import Any, Mapping
 
 from mechanisms.base import (
     GlobalState,
@@ -30,24 +28,14 @@ from mechanisms.base import (
     SiloContribution,
     SiloMechanism,
     model_to_vector,
+    numpy_generator,
 )
 from mechanisms.events import LocalDpPlan, LocalDpUpload
 from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
 from mechanisms.pldp.params import PldpParams
 
-if TYPE_CHECKING:
-    import torch
-
 CLIENT_WEIGHT = 1.0  # Eq. 7: the plain mean of the uploads (a record count would be un-noised data)
 SEED_WORDS = 4  # each round's numpy generator is seeded with 4 x 62 bits drawn from the silo's generator
-
-
-def numpy_generator(generator: torch.Generator) -> np.random.Generator:
-    """A numpy generator seeded from the silo's torch generator (so ``secure_rng`` re-keying covers it)."""
-    import torch
-
-    words = torch.randint(0, 2**62, (SEED_WORDS,), generator=generator)
-    return np.random.default_rng(np.random.SeedSequence([int(w) for w in words]))
 
 
 class PldpSilo(SiloMechanism):
@@ -69,7 +57,7 @@ class PldpSilo(SiloMechanism):
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         (start,) = state
         update, _ = local_sgd(self.context, start)  # the loss is data-dependent and not perturbed: not released
-        rng = numpy_generator(self.context.generator)
+        rng = numpy_generator(self.context.generator, words=SEED_WORDS)
         if self.perturb_update:
             upload = self.perturbation.perturb(update, rng=rng)
         else:

@@ -37,6 +37,7 @@ from mechanisms.base import (
     SiloMechanism,
     load_vector_into_model,
     model_to_vector,
+    numpy_generator,
 )
 from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
 from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
@@ -120,12 +121,9 @@ class RpdpSilo(SiloMechanism):
     """Local DP-SGD with per-record Poisson rates and per-record budget enforcement."""
 
     def __init__(self, context: SiloContext, params: RpdpParams) -> None:
-        import torch  # not at the top of the module: see mechanisms.registry
-
         self.context, self.params = context, params
         training = context.training
-        seed = int(torch.randint(0, 2**62, (1,), generator=context.generator))
-        self.budgets = params.record_budgets(context.record_ids, np.random.default_rng(seed))
+        self.budgets = params.record_budgets(context.record_ids, numpy_generator(context.generator, words=1))
         schedule = TrainingSchedule(
             noise_multiplier=params.noise_multiplier,
             rounds=training.rounds,
