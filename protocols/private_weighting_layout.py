@@ -80,6 +80,24 @@ class SlotLayout:
         """Ciphertexts needed for ``length`` values."""
         return -(-length // self.slots)
 
+    def slots_in(self, ciphertext: int, length: int) -> int:
+        """Values packed into ciphertext number ``ciphertext`` of ``length`` values (the last may be partial)."""
+        return min(self.slots, length - ciphertext * self.slots)
+
+
+def check_conversion(*, key_bits: int, max_records_per_user: int) -> None:
+    """Raise ``HeadroomError`` naming ``max_records_per_user`` when the weight conversion's ``bits(C_LCM) + KAPPA
+    + 2`` exceeds a ``key_bits`` modulus; the message says which ``N_max`` and which key size would fit."""
+    needed = conversion_bits(max_records_per_user)
+    if needed > key_bits:
+        raise HeadroomError(
+            "max_records_per_user", max_records_per_user,
+            f"lcm(1..{max_records_per_user}) has {lcm_up_to(max_records_per_user).bit_length()} bits; with the "
+            f"{KAPPA}-bit statistical mask of the weight conversion it needs a modulus of at least {needed} bits, "
+            f"but the Paillier key has {key_bits}: lower max_records_per_user to at most "
+            f"{largest_max_records(key_bits)} (no user may have more records) or raise paillier_key_bits to {needed} or more",
+        )
+
 
 def check_headroom(*, key_bits: int, max_records_per_user: int, fractional_bits: int, num_users: int, num_silos: int) -> SlotLayout:
     """Check that the protocol's numbers fit a ``key_bits`` modulus and return the slot layout.
@@ -90,15 +108,7 @@ def check_headroom(*, key_bits: int, max_records_per_user: int, fractional_bits:
     """
     from protocols.fixed_point import FixedPointCodec
 
-    needed = conversion_bits(max_records_per_user)
-    if needed > key_bits:
-        raise HeadroomError(
-            "max_records_per_user", max_records_per_user,
-            f"lcm(1..{max_records_per_user}) has {lcm_up_to(max_records_per_user).bit_length()} bits; with the "
-            f"{KAPPA}-bit statistical mask of the weight conversion it needs a modulus of at least {needed} bits, "
-            f"but the Paillier key has {key_bits}: lower max_records_per_user to at most "
-            f"{largest_max_records(key_bits)} (no user may have more records) or raise paillier_key_bits to {needed} or more",
-        )
+    check_conversion(key_bits=key_bits, max_records_per_user=max_records_per_user)
     try:
         FixedPointCodec(fractional_bits=fractional_bits, modulus_bits=VALUE_BITS, max_summands=num_users + num_silos)
     except ValueError as exc:

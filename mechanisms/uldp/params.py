@@ -57,18 +57,14 @@ class UldpParams(MechanismParams):
                 "hide: use variant avg_w, or weighting plain"
             )
         if self.weighting == "private":
-            from protocols.private_weighting_layout import conversion_bits, largest_max_records
+            from protocols.private_weighting_layout import HeadroomError, check_conversion
 
-            needed = conversion_bits(self.max_records_per_user)
-            if needed > self.paillier_key_bits:
-                # name the setting the scenario gave (both are named in the message)
+            try:
+                check_conversion(key_bits=self.paillier_key_bits, max_records_per_user=self.max_records_per_user)
+            except HeadroomError as exc:
+                # name the setting the scenario gave (the message names both)
                 field = "max_records_per_user" if "max_records_per_user" in self.model_fields_set else "paillier_key_bits"
-                raise ValueError(
-                    f"{field}: lcm(1..{self.max_records_per_user}) plus the 128-bit mask of the weight "
-                    f"conversion needs a Paillier modulus of {needed} bits, more than paillier_key_bits = "
-                    f"{self.paillier_key_bits}: lower max_records_per_user to at most "
-                    f"{largest_max_records(self.paillier_key_bits)} or raise paillier_key_bits to {needed} or more"
-                )
+                raise ValueError(f"{field}: {exc.message}") from None
         return self
 
     def needs_secure_aggregation(self) -> bool:
