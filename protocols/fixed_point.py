@@ -142,11 +142,12 @@ class FixedPointCodec:
         """
         values = np.asarray(x, dtype=np.float64)
         if values.size:
-            self._check_range(values)
+            self.check_range(values)
         scaled = np.ldexp(values, self.fractional_bits)
         return (np.trunc(scaled) if toward_zero else np.rint(scaled)).astype(np.int64)
 
-    def _check_range(self, values: np.ndarray) -> None:
+    def check_range(self, values: np.ndarray) -> None:
+        """Raise ``EncodingOverflowError`` if some value is not finite or would encode beyond the range."""
         largest = float(np.max(np.abs(values)))
         if not math.isfinite(largest):
             raise EncodingOverflowError("cannot encode NaN or infinite values", largest, self.max_abs_value)

@@ -172,16 +172,21 @@ def prg_residues(key: bytes, *, label: bytes, index: int, count: int, modulus: i
 def encode_noise(noise: np.ndarray, *, codec: FixedPointCodec, extra_bits: int, random: CryptoRandom) -> list[int]:
     """Each noise value as the integer ``round(z 2^(f + extra_bits))``, range-checked by ``codec``; where the float
     has no bits that fine, a uniform dither of one float ulp fills the missing low digits (independent extra
-    noise, so no digit of the weighted sum below the float's precision is left un-noised)."""
-    codec.to_integers(noise)  # raises EncodingOverflowError beyond the codec's range
-    rounded = np.rint(np.ldexp(np.asarray(noise, dtype=np.float64), codec.fractional_bits + extra_bits))
+    noise, so no digit of the weighted sum below the float's precision is left un-noised). A float's ulp is a power
+    of two (below 2^64 within the codec's range), so the dither is the low bits of one random 64-bit word."""
+    values = np.asarray(noise, dtype=np.float64)
+    if values.size:
+        codec.check_range(values)  # raises EncodingOverflowError beyond the codec's range
+    rounded = np.rint(np.ldexp(values, codec.fractional_bits + extra_bits))
+    encoded = [int(value) for value in rounded.tolist()]
     spacing = np.spacing(np.abs(rounded))
-    encoded = []
-    for value, ulp in zip(rounded.tolist(), spacing.tolist()):
-        integer = int(value)
-        if ulp > 1:
-            integer += random.randbelow(int(ulp)) - int(ulp) // 2
-        encoded.append(integer)
+    coarse = np.flatnonzero(spacing > 1)
+    if coarse.size:
+        ulps = spacing[coarse].astype(np.uint64)
+        words = np.frombuffer(random.bytes(8 * coarse.size), dtype=np.uint64)
+        dither = (words & (ulps - 1)).astype(np.int64) - (ulps // 2).astype(np.int64)
+        for index, offset in zip(coarse.tolist(), dither.tolist()):
+            encoded[index] += offset
     return encoded
 
 
@@ -199,6 +204,13 @@ def expect_stage(stage: PwpStage, expected: PwpStage | None, who: str) -> None:
     """Refuse a set-up stage out of order."""
     if stage is not expected:
         raise ProtocolStateError(f"{who}: got setup stage {stage!r}, expected {expected!r}")
+
+
+def next_stage(stage: PwpStage) -> PwpStage | None:
+    """The set-up stage after ``stage`` (None after the last)."""
+    stages = tuple(PwpStage)
+    position = stages.index(stage)
+    return stages[position + 1] if position + 1 < len(stages) else None
 
 
 def expect_type(inbound: object, kind: type, who: str, stage: PwpStage) -> None:

@@ -13,7 +13,7 @@ from protocols.base import ProtocolStateError, ServerProtocol, check_participant
 from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import EncodingOverflowError
 from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting import PwpConfig, PwpStage, expect_stage
+from protocols.private_weighting import PwpConfig, PwpStage, expect_stage, next_stage
 from protocols.private_weighting_layout import KAPPA
 from protocols.private_weighting_messages import (
     BlindedCounts,
@@ -59,9 +59,7 @@ class PwpServer(ServerProtocol):
         if stage is not PwpStage.ADVERTISE_KEYS and set(inbound) != set(self._silos):
             raise ProtocolStateError(f"server: {stage.name} replies from {sorted(inbound)}, expected {list(self._silos)}")
         outbound = self._handlers[stage](inbound)
-        stages = tuple(PwpStage)
-        position = stages.index(stage)
-        self._next_stage = stages[position + 1] if position + 1 < len(stages) else None
+        self._next_stage = next_stage(stage)
         return outbound
 
     def _relay_keys(self, inbound: Mapping[int, object]) -> Mapping[int, object]:
@@ -155,7 +153,7 @@ class PwpServer(ServerProtocol):
             for message in collected:
                 product = product * message.ciphertexts[c] % modulus
             plaintext = self._key.decrypt(product)
-            values.extend(self._unpack(plaintext - n if plaintext > n // 2 else plaintext, min(layout.slots, config.length - c * layout.slots)))
+            values.extend(self._unpack(plaintext - n if plaintext > n // 2 else plaintext, layout.slots_in(c, config.length)))
         denominator = 1 << config.grid_bits
         return np.array([value / denominator for value in values], dtype=np.float64)
 

@@ -21,6 +21,7 @@ from protocols.private_weighting import (
     encode_noise,
     expect_stage,
     expect_type,
+    next_stage,
     prg_residues,
     seed_aead,
     seed_context,
@@ -90,9 +91,7 @@ class PwpSilo(SiloProtocol):
         """Answer one set-up stage (see the module docstring) given what the server relayed after the last."""
         expect_stage(stage, self._next_stage, self.who)
         reply = self._handlers[stage](inbound)
-        stages = tuple(PwpStage)
-        position = stages.index(stage)
-        self._next_stage = stages[position + 1] if position + 1 < len(stages) else None
+        self._next_stage = next_stage(stage)
         return reply
 
     def _advertise(self, inbound: object) -> KeyAdvertisement:
@@ -259,7 +258,7 @@ class PwpSilo(SiloProtocol):
         ciphertexts = []
         for c in range(count):
             accumulator = None
-            for j in range(min(length, (c + 1) * layout.slots) - 1, c * layout.slots - 1, -1):
+            for j in reversed(range(c * layout.slots, c * layout.slots + layout.slots_in(c, length))):
                 slot = mpz(1)
                 for powers, digits in pairs:
                     digit = digits[j]
@@ -268,7 +267,7 @@ class PwpSilo(SiloProtocol):
                 accumulator = slot if accumulator is None else gmpy2.powmod(accumulator, shift, modulus) * slot % modulus
             ciphertexts.append(accumulator)
         inverses = self._offset_corrections(users)
-        return [ct * inverses[min(layout.slots, length - c * layout.slots)] % modulus for c, ct in enumerate(ciphertexts)]
+        return [ct * inverses[layout.slots_in(c, length)] % modulus for c, ct in enumerate(ciphertexts)]
 
     def _offset_corrections(self, users: list[int]) -> Mapping[int, mpz]:
         """By number of slots m: ``Enc(2^b sum_u w_u sum_{k<m} 2^(k L))^-1``, which removes the exponents' offset
@@ -282,7 +281,7 @@ class PwpSilo(SiloProtocol):
             offset = offset * self._weights[user] % modulus
         offset = gmpy2.powmod(offset, mpz(1) << self.config.delta_bits, modulus)
         corrections, running = {}, None
-        sizes = {min(layout.slots, length - c * layout.slots) for c in range(layout.ciphertexts(length))}
+        sizes = {layout.slots_in(c, length) for c in range(layout.ciphertexts(length))}
         for slots in range(1, max(sizes) + 1):
             running = offset if running is None else gmpy2.powmod(running, mpz(1) << layout.slot_bits, modulus) * offset % modulus
             if slots in sizes:
