@@ -278,7 +278,8 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
 
 
 def _attack_summary(scenario: Scenario, *, address: str | None) -> dict[str, float | None] | None:
-    """The scenario's attack (same seed, so the same rounds as its run) summarised, or None without a block."""
+    """The scenario's attack summarised, or None without a block: a second federation run up to the attacked
+    round, on the same seed, so on the same rounds as the sweep's run (under ``secure_rng`` a fresh draw of them)."""
     if scenario.attack is None:
         return None
     from simulator.attacks.runner import attack
