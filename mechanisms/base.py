@@ -239,6 +239,12 @@ class Mechanism(ABC):
         code inside the override, so that validating a scenario does not load it."""
         return None
 
+    @classmethod
+    def privacy_line(cls, privacy: Mapping[str, Any]) -> str | None:
+        """The privacy part of ``privsilo run``'s result line for a mechanism whose report is not an (epsilon,
+        delta) guarantee, or None for the common line (``simulator.reports.privacy_line``)."""
+        return None
+
     def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
         """Write the mechanism's own plots of a finished run (drawn from its privacy report) into ``directory``,
         beside the run's other files; none by default."""

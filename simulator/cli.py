@@ -90,7 +90,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / scenario.name
     result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
     final = result.final
-    privacy = privacy_line(result.privacy)  # epsilon only where a guarantee covers the run
+    privacy = privacy_line(result.privacy, mechanism=scenario.mechanism.name)
     print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
     print(f"results written to {out}")
     return 0

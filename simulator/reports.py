@@ -115,19 +115,15 @@ def _randomness(scenario: Scenario) -> dict[str, Any]:
     return {"secure_rng": secure, "bit_reproducible": not secure, "silo_sampling_and_noise": source}
 
 
-def privacy_line(privacy: Mapping[str, Any]) -> str:
-    """The privacy part of ``privsilo run``'s result line: epsilon only where a guarantee covers the run."""
+def privacy_line(privacy: Mapping[str, Any], *, mechanism: str = "none") -> str:
+    """The privacy part of ``privsilo run``'s result line: the mechanism's own line where it has one (local DP,
+    d-privacy), else epsilon only where a guarantee covers the run."""
+    from mechanisms.registry import mechanism_class
+
+    own = mechanism_class(mechanism).privacy_line(privacy)
+    if own is not None:
+        return own
     eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
-    if "epsilon_per_coordinate" in privacy:
-        return local_dp_line(privacy)
-    leakage = privacy.get("leakage")
-    if leakage is not None:
-        if leakage.get("max") is None or not math.isfinite(leakage["max"]):
-            return f"no d-privacy leakage bound ({guarantee})"
-        figures = f"max {leakage['max']:.4g}, median {leakage['median']:.4g} (summary.json privacy.leakage)"
-        if leakage["calibration"] == "paper":
-            return f"no guarantee (calibration 'paper' reveals ||delta||); the paper's leakage per client: {figures}"
-        return f"d-privacy leakage per client over the run: {figures}"
     if eps is not None:
         line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
     elif guarantee.startswith("not covered"):
@@ -137,16 +133,6 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
     if "never_trained" in privacy:
         line += f"; {privacy['never_trained']} of {privacy['records']} records never trained"
     return line
-
-
-def local_dp_line(privacy: Mapping[str, Any]) -> str:
-    """Both figures of a local-DP run (pldp), by name: what a client's data gets, and the paper's per-scalar one."""
-    per_client = max(privacy["epsilon_per_client"].values(), default=0.0)
-    per_coordinate = max((v for v in privacy["epsilon_per_coordinate"].values() if v is not None), default=0.0)
-    return (
-        f"epsilon_per_client = {per_client:.4g} (largest; pure LDP composed over the coordinates and participations), "
-        f"epsilon_per_coordinate = {per_coordinate:.4g} (largest; one scalar of one upload, the paper's figure)"
-    )
 
 
 def _json_safe(value: Any) -> Any:

@@ -15,6 +15,7 @@ from mechanisms.dprivacy.params import Calibration, DPrivacyParams
 from mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
 from mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
 from protocols.plain import PlainSumServer, PlainSumSilo
+from simulator.reports import privacy_line
 
 
 def brute_force_kmeans(points, centres):
@@ -139,6 +140,20 @@ def test_leakage_of_the_paper_calibration_and_of_no_noise():
     silent.record(0, EuclideanLaplaceEvent(epsilon=math.inf, radius=1.0, calibration="clipped", hypothesis_spread=0.0))
     report = silent.report()
     assert math.isinf(report["leakage"]["max"]) and "no noise" in report["guarantee"]
+
+
+def test_the_result_line_gives_the_leakage_or_why_there_is_none():
+    clipped = LeakageAccountant(calibration=Calibration.CLIPPED, nu=5.0)
+    for silo in (0, 0, 1):
+        clipped.record(silo, EuclideanLaplaceEvent(epsilon=400.0, radius=0.5, calibration="clipped", hypothesis_spread=0.0))
+    line = privacy_line(clipped.report(), mechanism="dprivacy")
+    assert line == "d-privacy leakage per client over the run: max 800, median 600 (summary.json privacy.leakage)"
+    paper = LeakageAccountant(calibration=Calibration.PAPER, nu=5.0)
+    paper.record(0, EuclideanLaplaceEvent(epsilon=400.0, radius=0.5, calibration="paper", hypothesis_spread=0.0))
+    assert privacy_line(paper.report(), mechanism="dprivacy").startswith("no guarantee (calibration 'paper'")
+    silent = LeakageAccountant(calibration=Calibration.CLIPPED, nu=0.0)
+    silent.record(0, EuclideanLaplaceEvent(epsilon=math.inf, radius=1.0, calibration="clipped", hypothesis_spread=0.0))
+    assert privacy_line(silent.report(), mechanism="dprivacy").startswith("no d-privacy leakage bound")
 
 
 def test_a_client_picks_the_hypothesis_with_the_lowest_loss_on_its_records():

@@ -169,5 +169,5 @@ def test_result_line_names_both_figures() -> None:
     accountant = LocalDpAccountant()
     accountant.record(0, LocalDpPlan(epsilon_per_coordinate=0.5, coordinates=100))
     accountant.record(0, LocalDpUpload(epsilon_per_coordinate=0.5, coordinates=100))
-    line = privacy_line(accountant.report())
+    line = privacy_line(accountant.report(), mechanism="pldp")
     assert "epsilon_per_client = 50 " in line and "epsilon_per_coordinate = 0.5 " in line

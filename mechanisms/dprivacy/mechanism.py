@@ -14,6 +14,9 @@ calibration every upload of the same hypothesis lies within R of it, so any two 
 """
 from __future__ import annotations
 
+import math
+from typing import Any, Mapping
+
 from mechanisms.base import Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
 from mechanisms.dprivacy.ifca import IfcaServer
 from mechanisms.dprivacy.params import Calibration, DPrivacyParams
@@ -46,6 +49,17 @@ class DPrivacy(Mechanism):
         from mechanisms.dprivacy.accountant import LeakageAccountant
 
         return LeakageAccountant(calibration=self.params.calibration, nu=self.params.nu)
+
+    @classmethod
+    def privacy_line(cls, privacy: Mapping[str, Any]) -> str:
+        """The leakage per client over the run (Theorem 3.1), or why there is no bound."""
+        leakage = privacy["leakage"]
+        if leakage.get("max") is None or not math.isfinite(leakage["max"]):
+            return f"no d-privacy leakage bound ({privacy.get('guarantee')})"
+        figures = f"max {leakage['max']:.4g}, median {leakage['median']:.4g} (summary.json privacy.leakage)"
+        if leakage["calibration"] == "paper":
+            return f"no guarantee (calibration 'paper' reveals ||delta||); the paper's leakage per client: {figures}"
+        return f"d-privacy leakage per client over the run: {figures}"
 
     def assumed_public(self) -> tuple[str, ...]:
         if self.params.calibration is Calibration.PAPER:

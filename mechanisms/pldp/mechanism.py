@@ -72,6 +72,16 @@ class Pldp(Mechanism):
     name = "pldp"
     Params = PldpParams
 
+    @classmethod
+    def privacy_line(cls, privacy: Mapping[str, Any]) -> str:
+        """Both figures, by name: what a client's data gets, and the paper's per-scalar one."""
+        per_client = max(privacy["epsilon_per_client"].values(), default=0.0)
+        per_coordinate = max((v for v in privacy["epsilon_per_coordinate"].values() if v is not None), default=0.0)
+        return (
+            f"epsilon_per_client = {per_client:.4g} (largest; pure LDP composed over the coordinates and participations), "
+            f"epsilon_per_coordinate = {per_coordinate:.4g} (largest; one scalar of one upload, the paper's figure)"
+        )
+
     def silo(self, context: SiloContext) -> SiloMechanism:
         return PldpSilo(context, self.params)
 
