@@ -15,6 +15,7 @@ calibration every upload of the same hypothesis lies within R of it, so any two 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping
 
 from mechanisms.base import Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
@@ -60,6 +61,11 @@ class DPrivacy(Mechanism):
         if leakage["calibration"] == "paper":
             return f"no guarantee (calibration 'paper' reveals ||delta||); the paper's leakage per client: {figures}"
         return f"d-privacy leakage per client over the run: {figures}"
+
+    def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
+        from mechanisms.dprivacy.plots import plot_leakage  # matplotlib: only where a run writes its files
+
+        plot_leakage(privacy, path=directory / "leakage.png")
 
     def assumed_public(self) -> tuple[str, ...]:
         if self.params.calibration is Calibration.PAPER:

@@ -1,5 +1,5 @@
-"""A personalised run's own files: ``clients.csv``, ``hypotheses.csv``, ``hypotheses.png``, ``leakage.png``
-(d-privacy runs with finite leakage) and ``hypotheses.pt`` (every final hypothesis as a torch state_dict)."""
+"""A personalised run's own files: ``clients.csv``, ``hypotheses.csv``, ``hypotheses.png`` and ``hypotheses.pt``
+(every final hypothesis as a torch state_dict); the mechanism draws its privacy plots (``Mechanism.write_plots``)."""
 from __future__ import annotations
 
 import csv
@@ -39,9 +39,6 @@ def write_personalisation(result: RunResult, staging: Path) -> None:
             writer.writerow([row["round"], row["hypothesis"], row["group"], _cell(row["loss"]), _cell(row["accuracy"]), row["clients_picking"]])
     plot_hypotheses(personalisation["history"], title=result.scenario.name, path=staging / "hypotheses.png")
     torch.save(list(personalisation["state_dicts"]), staging / "hypotheses.pt")
-    totals = [c["total"] for c in leakage.values() if c.get("total") is not None and math.isfinite(c["total"])]
-    if totals:
-        plot_leakage(totals, title=result.scenario.name, path=staging / "leakage.png")
 
 
 def plot_hypotheses(history: list[Mapping[str, Any]], *, title: str, path: Path) -> None:
@@ -59,16 +56,6 @@ def plot_hypotheses(history: list[Mapping[str, Any]], *, title: str, path: Path)
             ax.set_ylim(0, 1)
     axes[0][0].legend()
     fig.suptitle(f"{title}: each hypothesis on each group's test data")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_leakage(totals: list[float], *, title: str, path: Path) -> None:
-    """Histogram of the clients' total d-privacy leakage over the run."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.hist(totals, bins=min(20, max(5, len(totals) // 2)), color="tab:red")
-    ax.set(xlabel="total leakage per client (sum over participations)", ylabel="clients", title=f"{title}: leakage")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
