@@ -140,8 +140,9 @@ class PaperProtocol:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def set_up_ours(histogram: np.ndarray, *, length: int, clip: float, key_bits: int, fractional_bits: int = 24):
-    """privsilo's protocol, every set-up stage; returns (server, silos, {"silo": max, "server": total} CPU s)."""
+def set_up_ours(histogram: np.ndarray, *, length: int, clip: float, key_bits: int, rounds: int, fractional_bits: int = 24):
+    """privsilo's protocol, every set-up stage, its tables sized for a run of ``rounds`` rounds; returns (server,
+    silos, {"silo_max", "silo_sum", "server"} CPU s)."""
     silos_count, users = histogram.shape
     config = PwpConfig(num_users=users, num_silos=silos_count, length=length, max_abs_delta=clip,
                        fractional_bits=fractional_bits, key_bits=key_bits, min_participants=2)
@@ -149,7 +150,7 @@ def set_up_ours(histogram: np.ndarray, *, length: int, clip: float, key_bits: in
     key, seconds = cpu_seconds(lambda: PaillierKeyPair.generate(key_bits))
     server_seconds += seconds
     server = PwpServer(config=config, key=key)
-    silos = {s: PwpSilo(s, config=config, counts=histogram[s]) for s in range(silos_count)}
+    silos = {s: PwpSilo(s, config=config, counts=histogram[s], planned_rounds=rounds) for s in range(silos_count)}
     silo_seconds = {s: 0.0 for s in silos}
     inbound: dict[int, object] = {}
     for stage in server.setup_stages:
@@ -179,13 +180,20 @@ def paper_round(paper: PaperProtocol, inputs, round_index: int) -> tuple[np.ndar
     return total, silo_seconds, server_seconds
 
 
-def compare_small(length: int, *, repeats: int, baseline_repeats: int, key_bits: int) -> None:
+def plan_text(silo: PwpSilo) -> str:
+    plan = silo._powers.plan
+    horner = plan.shifts < min(silo.config.layout.slots, silo.config.length)
+    return (f"{plan.shifts} table(s) per user ({'Horner over the slots' if horner else 'no squarings'}), "
+            f"{plan.windows} window(s) of {plan.window_bits} bits")
+
+
+def compare_small(length: int, *, repeats: int, baseline_repeats: int, key_bits: int, rounds: int) -> None:
     users, silos_count, clip = 10, 3, 1.0
     histogram = np.random.default_rng(length).integers(1, 30, size=(silos_count, users))
     layers = (length - 1, 1)  # a weight matrix and a bias, as a linear model's state_dict
-    server, silos, ours_setup = set_up_ours(histogram, length=length, clip=clip, key_bits=key_bits)
+    server, silos, ours_setup = set_up_ours(histogram, length=length, clip=clip, key_bits=key_bits, rounds=rounds)
     paper = PaperProtocol(histogram, key_bits=key_bits, layers=layers, seed=length)
-    rounds: dict[str, list[float]] = {"ours": [], "paper": []}
+    round_cpu: dict[str, list[float]] = {"ours": [], "paper": []}
     totals: dict[str, list[float]] = {"ours": [], "paper": []}
     silo_cpu: dict[str, list[float]] = {"ours": [], "paper": []}
     server_cpu: dict[str, list[float]] = {"ours": [], "paper": []}
@@ -202,11 +210,11 @@ def compare_small(length: int, *, repeats: int, baseline_repeats: int, key_bits:
                                        max_abs_delta=clip, noise_abs_sum=30.0) if name == "ours"
                        else (users + silos_count) * PAPER_PRECISION) + 1e-12
             assert error <= allowed, (name, error, allowed)
-            rounds[name].append(max(per_silo.values()) + server_seconds)
+            round_cpu[name].append(max(per_silo.values()) + server_seconds)
             totals[name].append(sum(per_silo.values()) + server_seconds)
             silo_cpu[name].append(max(per_silo.values()))
             server_cpu[name].append(server_seconds)
-    median = {name: statistics.median(values) for name, values in rounds.items()}
+    median = {name: statistics.median(values) for name, values in round_cpu.items()}
     print(f"d = {length:>3}, {users} users in each of {silos_count} silos, {key_bits}-bit keys; CPU seconds of one round "
           f"(slowest silo + server), medians of {repeats} (ours) and {baseline_repeats} (paper) rounds:")
     for name in ("paper", "ours"):
@@ -216,10 +224,10 @@ def compare_small(length: int, *, repeats: int, baseline_repeats: int, key_bits:
     print(f"  speed-up per round: {median['paper'] / median['ours']:.0f}x; in total CPU (all silos + server: paper "
           f"{total['paper']:.2f} s, ours {total['ours']:.3f} s) {total['paper'] / total['ours']:.0f}x")
     print(f"  ours' set-up, once: slowest silo {ours_setup['silo_max']:.2f} s, server {ours_setup['server']:.2f} s "
-          "(key generation included)")
+          f"(key generation included); tables for {rounds} rounds: {plan_text(silos[0])}")
 
 
-def cnn_case(*, key_bits: int) -> None:
+def cnn_case(*, key_bits: int, rounds: int) -> None:
     from simulator.data.users import allocate_users
 
     length, users, silos_count, clip = 21_840, 100, 5, 0.1
@@ -230,11 +238,11 @@ def cnn_case(*, key_bits: int) -> None:
           f"{silos_count} silos, {int((histogram > 0).sum())} (silo, user) pairs with records, {key_bits}-bit keys, C = {clip}, P = 2^-24")
     wall = time.perf_counter()
     print("  set-up ...", flush=True)
-    server, silos, setup = set_up_ours(histogram, length=length, clip=clip, key_bits=key_bits)
+    server, silos, setup = set_up_ours(histogram, length=length, clip=clip, key_bits=key_bits, rounds=rounds)
     print(f"  set-up CPU: silos {setup['silo_sum']:.1f} s in total (slowest {setup['silo_max']:.1f} s), "
           f"server {setup['server']:.1f} s; wall {time.perf_counter() - wall:.0f} s on this (shared) machine")
     inputs = round_inputs(histogram, length=length, clip=clip, noise_std=5 * clip / math.sqrt(silos_count), seed=0)
-    print(f"  one round ... (windows per user and parameter: {len(next(iter(silos[0]._tables.values())).rows)})", flush=True)
+    print(f"  one round ... (tables for {rounds} rounds: {plan_text(silos[0])})", flush=True)
     wall = time.perf_counter()
     total, per_silo, server_seconds = ours_round(server, silos, inputs, 0)
     wall = time.perf_counter() - wall
@@ -255,12 +263,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of privsilo's protocol per size")
     parser.add_argument("--baseline-repeats", type=int, default=1, help="rounds of the paper's approach per size")
     parser.add_argument("--key-bits", type=int, default=3072)
+    parser.add_argument("--rounds", type=int, default=50, help="rounds of the run the silos' tables are sized for")
     parser.add_argument("--cnn", action="store_true", help="also the 21,840-parameter CNN case (long)")
     args = parser.parse_args()
     for length in args.sizes:
-        compare_small(length, repeats=args.repeats, baseline_repeats=args.baseline_repeats, key_bits=args.key_bits)
+        compare_small(length, repeats=args.repeats, baseline_repeats=args.baseline_repeats, key_bits=args.key_bits,
+                      rounds=args.rounds)
     if args.cnn:
-        cnn_case(key_bits=args.key_bits)
+        cnn_case(key_bits=args.key_bits, rounds=args.rounds)
 
 
 if __name__ == "__main__":

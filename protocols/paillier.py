@@ -6,8 +6,8 @@ the ciphertext integers directly, because the protocol needs what phe's number o
 
 * ``Enc(a) * (1 + m n) = Enc(a + m)  (mod n^2)``: adding a plaintext costs one modular multiplication, since
   ``(1 + n)^m = 1 + m n (mod n^2)``; no fresh encryption.
-* ``Enc(a)^k = Enc(k a)``: scalar multiplication; for a signed or small ``k`` the protocol raises to ``k``
-  plus an offset and removes the offset once (see :mod:`protocols.private_weighting`).
+* ``Enc(a)^k = Enc(k a)``: scalar multiplication; for a negative ``k`` the protocol raises to ``|k|`` and inverts
+  (see :mod:`protocols.private_weighting_tables`).
 * fixed-base window tables (:class:`WindowTable`): all powers ``c^(d 2^(w i))`` of one ciphertext, so raising
   it to many small exponents costs ``ceil(bits / w)`` multiplications each;
 * Montgomery's batch inversion (:func:`batch_invert`): ``k`` inverses modulo ``n^2`` for one inversion and
@@ -20,7 +20,6 @@ hides the plaintext under the DCR assumption; :meth:`PaillierPublicKey.rerandomi
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -146,23 +145,6 @@ class WindowTable:
             rows.append(tuple(row))
             g = row[-1] * g % modulus  # g^(2^w)
         return cls(window_bits=window_bits, rows=tuple(rows))
-
-
-def choose_windows(exponent_bits: int, *, uses: int, max_entries: int) -> tuple[int, int]:
-    """``(windows W, window bits w)`` with ``w W >= exponent_bits`` minimising the cost of one table,
-    ``W (2^w + uses)`` multiplications (building it, then ``uses`` exponentiations), within ``W 2^w <= max_entries``."""
-    best: tuple[int, int, int] | None = None
-    for windows in range(1, exponent_bits + 1):
-        window_bits = math.ceil(exponent_bits / windows)
-        entries = windows << window_bits
-        if entries > max_entries:
-            continue
-        cost = windows * ((1 << window_bits) + uses)
-        if best is None or cost < best[0]:
-            best = (cost, windows, window_bits)
-    if best is None:
-        raise ValueError(f"no window size fits {exponent_bits}-bit exponents in {max_entries} table entries")
-    return best[1], best[2]
 
 
 def batch_invert(values: Sequence[mpz], modulus: mpz) -> list[mpz]:

@@ -20,17 +20,19 @@ Set-up (stages ``PwpStage``, relayed by the server):
    the server decrypts ``V + rho``, returns ``Enc(floor((V + rho) (2^F - |S|) / C_LCM))`` and the silo subtracts
    ``floor(rho (2^F - |S|) / C_LCM)``. Result: ``Enc(w_hat)`` with ``w_hat = floor(w (2^F - |S|))`` or one more,
    ``w = n_{s,u} / N_u``, so ``sum_s w_hat <= 2^F``: a user's weights still sum to at most 1.
-5. ``BUILD_TABLES``: each silo builds fixed-base window tables of its users' ``Enc(w_hat)``.
+5. ``BUILD_TABLES``: each silo builds fixed-base window tables of its users' ``Enc(w_hat)`` (and, where they pay
+   for themselves over the run's rounds, of ``Enc(w_hat)^(2^(L k))`` for the slots k: see
+   :mod:`protocols.private_weighting_tables`).
 
 Each round (``PwpSilo.protect`` / ``PwpServer.combine``): a silo encodes its users' clipped deltas by
 truncation (``e = trunc(Delta 2^f)``, so a clipped delta stays clipped) and computes, for ``K`` parameters per
-ciphertext, ``prod_u Enc(w_hat_u)^(e_u + 2^b)`` slot by slot (table look-ups: ``W`` multiplications per user and
-parameter, no squarings; multi-exponentiation over the users with bases shared by every parameter), packs the
-slots by Horner's rule (``acc^(2^L)``), removes the offset ``2^b`` with one ciphertext per round, adds its noise
-encoded on the grid ``2^-(F+f)`` as a plaintext (one multiplication per ciphertext), rerandomises its share
-(every ``|P|``-th ciphertext) and multiplies every ciphertext by pairwise masks uniform in ``Z_{n^2}^*`` that
-cancel in the product over the participants. The server multiplies the silos' messages, decrypts ``ceil(d/K)``
-ciphertexts by CRT, unpacks the signed slots and divides by ``2^(F+f)``.
+ciphertext, ``prod_k prod_u Enc(w_hat_u)^(e_{u,k} 2^(L k))`` (table look-ups: one multiplication per user,
+parameter and nonzero window digit, no squarings; bases shared by every parameter; negative exponents in a
+second product, inverted in one batch; Horner's rule ``acc^(2^L)`` over the slots the tables do not shift), adds
+its noise encoded on the grid ``2^-(F+f)`` as a plaintext (one multiplication per ciphertext), rerandomises its
+share (every ``|P|``-th ciphertext) and multiplies every ciphertext by pairwise masks uniform in ``Z_{n^2}^*``
+that cancel in the product over the participants. The server multiplies the silos' messages, decrypts
+``ceil(d/K)`` ciphertexts by CRT, unpacks the signed slots and divides by ``2^(F+f)``.
 
 Where the paper's protocol leaks, and what is done instead:
 

@@ -13,7 +13,7 @@ from gmpy2 import mpz
 
 from protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index
 from protocols.crypto_random import CryptoRandom
-from protocols.paillier import PaillierPublicKey, WindowTable, batch_invert, choose_windows
+from protocols.paillier import PaillierPublicKey, batch_invert
 from protocols.private_weighting import (
     TABLE_BUDGET,
     PwpConfig,
@@ -27,6 +27,7 @@ from protocols.private_weighting import (
     seed_context,
 )
 from protocols.private_weighting_layout import KAPPA, WEIGHT_FRACTIONAL_BITS
+from protocols.private_weighting_tables import WeightPowers, plan_tables
 from protocols.private_weighting_messages import (
     BlindedCounts,
     ConvertedWeights,
@@ -44,7 +45,8 @@ from protocols.secure_aggregation import KeyAdvertisement, KeyAgreementDone, der
 
 class PwpSilo(SiloProtocol):
     """Silo side: ``counts[u]`` is ``n_{s,u}`` for every user u (this silo's own histogram only). A count above
-    ``max_records_per_user`` is caught by the server at the weight conversion (no silo can check the totals)."""
+    ``max_records_per_user`` is caught by the server at the weight conversion (no silo can check the totals).
+    ``planned_rounds`` sizes the set-up's tables (more rounds justify bigger tables; results do not depend on it)."""
 
     def __init__(
         self,
@@ -54,12 +56,16 @@ class PwpSilo(SiloProtocol):
         counts: np.ndarray,
         random: CryptoRandom | None = None,
         private_key: X25519PrivateKey | None = None,
+        planned_rounds: int = 1,
     ) -> None:
         counts = np.asarray(counts)
         if counts.shape != (config.num_users,) or counts.min(initial=0) < 0:
             raise ValueError(f"counts must hold {config.num_users} non-negative record counts, got shape {counts.shape}")
+        if isinstance(planned_rounds, bool) or not isinstance(planned_rounds, int) or planned_rounds < 1:
+            raise ValueError(f"planned_rounds must be an int >= 1, got {planned_rounds!r}")
         self.silo_id = silo_id
         self.config = config
+        self._planned_rounds = planned_rounds
         self._counts = tuple(int(c) for c in counts)
         self._random = random or CryptoRandom()
         self._private_key: X25519PrivateKey | None = private_key or X25519PrivateKey.from_private_bytes(self._random.bytes(32))
@@ -78,10 +84,8 @@ class PwpSilo(SiloProtocol):
         self._blinds: list[mpz] = []
         self._conversion_masks: dict[int, int] = {}
         self._included: tuple[int, ...] = ()
-        self._tables: Mapping[int, WindowTable] = MappingProxyType({})
-        self._weights: Mapping[int, mpz] = MappingProxyType({})
+        self._powers: WeightPowers | None = None
         self._last_round: int | None = None
-        self._corrections: tuple[tuple[int, ...] | None, Mapping[int, mpz]] = (None, MappingProxyType({}))
 
     @property
     def who(self) -> str:
@@ -172,19 +176,15 @@ class PwpSilo(SiloProtocol):
             if user in self._conversion_masks:
                 offset = self._conversion_masks.pop(user) * config.weight_scale // config.c_lcm
                 weights[user] = mpz(ciphertext) * public.plaintext_factor(-offset) % public.n_square
-        windows, window_bits = choose_windows(
-            config.delta_bits + 1, uses=config.length, max_entries=max(16, TABLE_BUDGET // max(1, len(weights)))
-        )
-        self._weights = MappingProxyType(weights)
-        self._tables = MappingProxyType(
-            {user: WindowTable.build(w, window_bits=window_bits, windows=windows, modulus=public.n_square) for user, w in weights.items()}
-        )
+        plan = plan_tables(users=len(weights), exponent_bits=config.delta_bits, length=config.length, layout=config.layout,
+                           rounds=self._planned_rounds, budget=TABLE_BUDGET)
+        self._powers = WeightPowers(weights, plan=plan, layout=config.layout, modulus=public.n_square)
         return SetupDone(sender=self.silo_id)
 
     @property
     def weighted_users(self) -> tuple[int, ...]:
         """The users whose encrypted weights this silo holds (its users with records, after set-up)."""
-        return tuple(self._weights)
+        return tuple(sorted(self._powers.users)) if self._powers else ()
 
     def protect(self, vector: UserDeltas, *, round_index: int, participants: tuple[int, ...]) -> PackedCiphertexts:
         """This silo's masked ciphertexts of ``sum_u w_u e_u + z`` for the round (see the module docstring).
@@ -208,13 +208,13 @@ class PwpSilo(SiloProtocol):
         if not isinstance(vector, UserDeltas):
             raise ProtocolStateError(f"{self.who}: the private weighting protocol carries UserDeltas, got {type(vector).__name__}")
         users = vector.users.tolist()
-        if len(set(users)) != len(users) or not set(users) <= self._tables.keys():
-            raise ProtocolStateError(f"{self.who}: users {sorted(set(users) - self._tables.keys())} have no weight here (or repeat)")
+        if len(set(users)) != len(users) or not set(users) <= self._powers.users:
+            raise ProtocolStateError(f"{self.who}: users {sorted(set(users) - self._powers.users)} have no weight here (or repeat)")
         if vector.noise.size != self.config.length:
             raise ValueError(f"expected {self.config.length} values per user, got {vector.noise.size}")
-        exponents = self._offset_exponents(vector.deltas)
+        exponents = self._exponents(vector.deltas)
         noise = encode_noise(vector.noise, codec=self.config.codec, extra_bits=WEIGHT_FRACTIONAL_BITS, random=self._random)
-        ciphertexts = self._weighted_ciphertexts(users, exponents)
+        ciphertexts = self._powers.packed(users, exponents, self.config.length)
         public, layout = self._public, self.config.layout
         order = sorted(members)
         position = order.index(self.silo_id)
@@ -230,8 +230,8 @@ class PwpSilo(SiloProtocol):
             sender=self.silo_id, round_index=round_index, length=self.config.length, ciphertexts=tuple(int(c) for c in ciphertexts)
         )
 
-    def _offset_exponents(self, deltas: np.ndarray) -> np.ndarray:
-        """``e + 2^b`` with ``e = trunc(Delta 2^f)`` (shared codec; never lengthens a clipped delta): all in ``[1, 2^(b+1))``.
+    def _exponents(self, deltas: np.ndarray) -> np.ndarray:
+        """``e = trunc(Delta 2^f)`` (shared codec; never lengthens a clipped delta), ``|e| < 2^b``.
 
         Refuses a delta whose L2 norm exceeds the clipping norm C (up to float rounding of the clipping, 2^-40
         relative): the sensitivity, and the exponent tables' range, rest on it."""
@@ -239,56 +239,7 @@ class PwpSilo(SiloProtocol):
         limit = self.config.max_abs_delta * (1 + 2.0**-40)
         if norms.size and float(norms.max()) > limit:
             raise ValueError(f"a user delta has L2 norm {float(norms.max()):.6g}, beyond the clipping norm {self.config.max_abs_delta}")
-        return self.config.codec.to_integers(deltas, toward_zero=True) + (1 << self.config.delta_bits)
-
-    def _weighted_ciphertexts(self, users: list[int], exponents: np.ndarray) -> list[mpz]:
-        """Per ciphertext, ``Enc(sum_k sum_u w_u e_{u,j_k} 2^(k L))``: table look-ups per slot, Horner over slots,
-        then the offsets ``2^b sum_u w_u`` removed by one precomputed ciphertext per slot count."""
-        public, layout, length = self._public, self.config.layout, self.config.length
-        modulus, shift = public.n_square, mpz(1) << layout.slot_bits
-        count = layout.ciphertexts(length)
-        if not users:
-            return [mpz(1)] * count
-        pairs = []
-        for user, row in zip(users, exponents):
-            table = self._tables[user]
-            mask = (1 << table.window_bits) - 1
-            for window, powers in enumerate(table.rows):
-                pairs.append((powers, ((row >> (window * table.window_bits)) & mask).tolist()))
-        ciphertexts = []
-        for c in range(count):
-            accumulator = None
-            for j in reversed(range(c * layout.slots, c * layout.slots + layout.slots_in(c, length))):
-                slot = mpz(1)
-                for powers, digits in pairs:
-                    digit = digits[j]
-                    if digit:
-                        slot = slot * powers[digit] % modulus
-                accumulator = slot if accumulator is None else gmpy2.powmod(accumulator, shift, modulus) * slot % modulus
-            ciphertexts.append(accumulator)
-        inverses = self._offset_corrections(users)
-        return [ct * inverses[layout.slots_in(c, length)] % modulus for c, ct in enumerate(ciphertexts)]
-
-    def _offset_corrections(self, users: list[int]) -> Mapping[int, mpz]:
-        """By number of slots m: ``Enc(2^b sum_u w_u sum_{k<m} 2^(k L))^-1``, which removes the exponents' offset
-        from a ciphertext of m slots. Kept for the last set of users (every round when all users take part)."""
-        key = tuple(users)
-        if self._corrections[0] == key:
-            return self._corrections[1]
-        layout, length, modulus = self.config.layout, self.config.length, self._public.n_square
-        offset = mpz(1)
-        for user in users:
-            offset = offset * self._weights[user] % modulus
-        offset = gmpy2.powmod(offset, mpz(1) << self.config.delta_bits, modulus)
-        corrections, running = {}, None
-        sizes = {layout.slots_in(c, length) for c in range(layout.ciphertexts(length))}
-        for slots in range(1, max(sizes) + 1):
-            running = offset if running is None else gmpy2.powmod(running, mpz(1) << layout.slot_bits, modulus) * offset % modulus
-            if slots in sizes:
-                corrections[slots] = running
-        inverses = MappingProxyType(dict(zip(corrections, batch_invert(list(corrections.values()), modulus))))
-        self._corrections = (key, inverses)
-        return inverses
+        return self.config.codec.to_integers(deltas, toward_zero=True)
 
     def _mask(self, ciphertexts: list[mpz], *, round_index: int, peers: list[int]) -> None:
         """Multiply by ``prod_{peer > s} R - prod_{peer < s} R^-1`` (R pseudorandom in ``Z_{n^2}^*`` per pair, round

@@ -294,7 +294,7 @@ def test_weight_conversion_keeps_each_users_weights_summing_to_at_most_one() -> 
     _, silos, _, key = set_up(cfg)
     totals = HISTOGRAM.sum(axis=0)
     for user in np.flatnonzero(totals):
-        weights = [key.decrypt(silos[s]._weights[user]) for s in silos if HISTOGRAM[s, user]]
+        weights = [key.decrypt(silos[s]._powers.encrypted_weight(user)) for s in silos if HISTOGRAM[s, user]]
         exact = [HISTOGRAM[s, user] / totals[user] * cfg.weight_scale for s in silos if HISTOGRAM[s, user]]
         assert sum(weights) <= 2**WEIGHT_FRACTIONAL_BITS
         assert all(0 <= w - np.floor(x) <= 1 for w, x in zip(weights, exact))

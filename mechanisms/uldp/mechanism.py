@@ -89,7 +89,7 @@ class Uldp(Mechanism):
         length = sum(p.numel() for p in context.model.parameters())
         config = self._weighting_config(num_silos=histogram.shape[0], num_users=histogram.shape[1], length=length,
                                         fractional_bits=fractional_bits, min_participants=min_participants)
-        return PwpSilo(context.silo_id, config=config, counts=histogram[context.silo_id])
+        return PwpSilo(context.silo_id, config=config, counts=histogram[context.silo_id], planned_rounds=context.training.rounds)
 
     def server_protocol(
         self, *, num_silos: int, num_users: int | None, length: int, fractional_bits: int, min_participants: int

@@ -1,0 +1,61 @@
+"""The silo's table look-ups of the private weighting protocol (protocols/private_weighting_tables.py): every table
+plan packs exactly sum_k 2^(L k) sum_u w_u e_{u,cK+k} (decrypted with the key), and the planner's choices."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gmpy2 import mpz
+
+from protocols.crypto_random import seeded_for_tests
+from protocols.paillier import PaillierKeyPair
+from protocols.private_weighting_layout import SlotLayout
+from protocols.private_weighting_tables import TablePlan, WeightPowers, plan_tables
+from tests.test_private_weighting import TEST_P, TEST_Q
+
+LAYOUT = SlotLayout(slot_bits=48, slots=7)  # 336 bits of a 1,024-bit test key
+LENGTH = 17  # three ciphertexts, the last holding 3 values
+
+
+def _key() -> PaillierKeyPair:
+    return PaillierKeyPair(TEST_P, TEST_Q, insecure_test_key=True, random=seeded_for_tests(3))
+
+
+@pytest.mark.parametrize("plan", [
+    TablePlan(shifts=1, windows=1, window_bits=12),  # Horner's rule over every slot
+    TablePlan(shifts=7, windows=3, window_bits=4),  # a table per slot: no squarings
+    TablePlan(shifts=3, windows=2, window_bits=6),  # groups of 3 slots (uneven: 7 = 3 + 3 + 1)
+])
+def test_every_plan_packs_the_exact_signed_weighted_sum(plan: TablePlan) -> None:
+    key = _key()
+    n, modulus = int(key.public.n), key.public.n_square
+    rng = np.random.default_rng(5)
+    weights = {2: 3_000_017, 5: 1, 9: 2**31 + 11}
+    ciphertexts = {user: key.encrypt(w) for user, w in weights.items()}
+    powers = WeightPowers(ciphertexts, plan=plan, layout=LAYOUT, modulus=modulus)
+    limit = 1 << (plan.windows * plan.window_bits)
+    users = [9, 2, 5]
+    exponents = rng.integers(-limit + 1, limit, size=(len(users), LENGTH))
+    exponents[:, 4] = 0  # a parameter nobody moved
+    exponents[1, 5:9] = [limit - 1, -(limit - 1), 1, -1]  # the extremes
+    packed = powers.packed(users, exponents, LENGTH)
+    assert len(packed) == LAYOUT.ciphertexts(LENGTH) == 3
+    sums = [sum(weights[u] * int(e) for u, e in zip(users, exponents[:, j])) for j in range(LENGTH)]
+    for c, ciphertext in enumerate(packed):
+        chunk = sums[c * LAYOUT.slots:(c + 1) * LAYOUT.slots]
+        expected = sum(value << (k * LAYOUT.slot_bits) for k, value in enumerate(chunk)) % n
+        assert key.decrypt(ciphertext) == expected
+    assert powers.packed([], np.zeros((0, LENGTH), dtype=np.int64), LENGTH) == [mpz(1)] * 3
+    assert key.decrypt(powers.encrypted_weight(9)) == weights[9]
+
+
+def test_the_planner_drops_horners_rule_when_tables_pay_for_themselves() -> None:
+    layout = SlotLayout(slot_bits=96, slots=31)  # 3,072-bit keys
+    budget = 1 << 19
+    small = plan_tables(users=10, exponent_bits=25, length=107, layout=layout, rounds=50, budget=budget)
+    assert small.shifts == 31 and small.entries(10) <= budget  # the paper's small model: no squarings per round
+    one_round = plan_tables(users=10, exponent_bits=25, length=107, layout=layout, rounds=1, budget=budget)
+    assert one_round.entries(10) < small.entries(10)  # building big tables for one round does not pay
+    cnn = plan_tables(users=100, exponent_bits=21, length=21_840, layout=layout, rounds=50, budget=budget)
+    assert cnn.shifts == 1 and cnn.windows == 2 and cnn.entries(100) <= budget  # shifted tables do not fit
+    with pytest.raises(ValueError, match="no table plan"):
+        plan_tables(users=10_000, exponent_bits=25, length=107, layout=layout, rounds=1, budget=1_000)
