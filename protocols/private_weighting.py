@@ -28,7 +28,8 @@ Each round (``PwpSilo.protect`` / ``PwpServer.combine``): a silo encodes its use
 truncation (``e = trunc(Delta 2^f)``, so a clipped delta stays clipped) and computes, for ``K`` parameters per
 ciphertext, ``prod_k prod_u Enc(w_hat_u)^(e_{u,k} 2^(L k))`` (table look-ups: one multiplication per user,
 parameter and nonzero window digit, no squarings; bases shared by every parameter; negative exponents in a
-second product, inverted in one batch; Horner's rule ``acc^(2^L)`` over the slots the tables do not shift), adds
+second product, inverted in one batch; Horner's rule ``acc^(2^(L shifts))`` over the groups of ``shifts`` slots
+the tables shift, ``shifts = 1`` without shifted tables), adds
 its noise encoded on the grid ``2^-(F+f)`` as a plaintext (one multiplication per ciphertext), rerandomises its
 share (every ``|P|``-th ciphertext) and multiplies every ciphertext by pairwise masks uniform in ``Z_{n^2}^*``
 that cancel in the product over the participants. The server multiplies the silos' messages, decrypts

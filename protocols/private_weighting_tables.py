@@ -1,6 +1,6 @@
 """A silo's per-round work in the private weighting protocol: its users' encrypted weights raised to the round's
-exponents and packed, ``K`` values of ``L`` bits to a ciphertext (Kato et al., VLDB 2024, Protocol 1, step 5,
-rebuilt for speed; see :mod:`protocols.private_weighting`).
+exponents and packed, ``K`` values of ``L`` bits to a ciphertext (Kato et al., VLDB 2024, Protocol 1, weighting
+step (2)(b), rebuilt for speed; see :mod:`protocols.private_weighting`).
 
 For every ciphertext c the silo needs ``prod_k prod_u Enc(w_u)^(e_{u,cK+k} 2^(L k)) = Enc(sum_k 2^(L k) sum_u w_u
 e_{u,cK+k})``. Two costs compete, both in multiplications modulo ``n^2``:
@@ -9,8 +9,8 @@ e_{u,cK+k})``. Two costs compete, both in multiplications modulo ``n^2``:
   multiplication per nonzero window digit and no squarings; the tables' bases serve every parameter;
 * **packing**: Horner's rule over the slots costs ``L`` squarings per value, whatever the number of users. Tables
   of the shifted bases ``Enc(w_u)^(2^(L k))`` for ``k < shifts`` pack ``shifts`` consecutive slots by look-ups
-  alone, so Horner's rule runs over groups of ``shifts`` slots: with ``shifts = K`` no squaring is left, at ``K``
-  times the memory.
+  alone, so Horner's rule (``acc^(2^(L shifts))``) runs over groups of ``shifts`` slots: with ``shifts = K`` no
+  squaring is left, at ``K`` times the memory.
 
 Signs: positive and negative exponents go into two products per group and the negative products are inverted
 together (Montgomery's batch inversion), so a small delta's high digits are zero and skipped (an offset making
@@ -54,9 +54,10 @@ def _groups(layout: SlotLayout, length: int, shifts: int) -> list[int]:
 
 
 def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayout, rounds: int, budget: int) -> TablePlan:
-    """The plan minimising the multiplications of building the tables plus ``rounds`` rounds, with at most
-    ``budget`` table entries in all (worst case: every window digit nonzero). Raises ``ValueError`` if no plan
-    fits the budget."""
+    """The plan minimising the multiplications of building the tables plus ``rounds`` rounds (counting every
+    window digit as nonzero), with at most ``budget`` table entries in all. Raises ``ValueError`` if no plan fits
+    the budget."""
+    exponent_bits = max(1, exponent_bits)
     best: tuple[int, TablePlan] | None = None
     for shifts in range(1, min(layout.slots, length) + 1):
         groups = _groups(layout, length, shifts)
@@ -100,9 +101,12 @@ class WeightPowers:
 
     def packed(self, users: list[int], exponents: np.ndarray, length: int) -> list[mpz]:
         """``Enc(sum_k 2^(L k) sum_u w_u e_{u,cK+k})`` for every ciphertext c, for signed integer ``exponents`` (one
-        row per user of ``users``) below ``2^(windows window_bits)`` in magnitude."""
+        row per user of ``users``) below ``2^(windows window_bits)`` in magnitude (``ValueError`` otherwise)."""
         plan, layout, modulus = self.plan, self.layout, self.modulus
         magnitudes, signs = np.abs(exponents), np.sign(exponents)
+        if magnitudes.size and int(magnitudes.max()) >> (plan.windows * plan.window_bits):
+            raise ValueError(f"an exponent of magnitude {int(magnitudes.max())} is beyond the tables' "
+                             f"{plan.windows * plan.window_bits} bits")
         mask = (1 << plan.window_bits) - 1
         by_shift: list[list[tuple[tuple[mpz, ...], list[int]]]] = [[] for _ in range(plan.shifts)]
         for user, magnitude, sign in zip(users, magnitudes, signs):

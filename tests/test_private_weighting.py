@@ -44,11 +44,12 @@ def config(*, length: int = 23, histogram: np.ndarray = HISTOGRAM, **changes) ->
     return PwpConfig(**{**settings, **changes})
 
 
-def set_up(cfg: PwpConfig, histogram: np.ndarray = HISTOGRAM, *, seed: int = 0):
+def set_up(cfg: PwpConfig, histogram: np.ndarray = HISTOGRAM, *, seed: int = 0, planned_rounds: int = 1):
     """Server, silos and every message the server received during set-up (the engine's relay loop)."""
     key = PaillierKeyPair(TEST_P, TEST_Q, insecure_test_key=True, random=seeded_for_tests(seed))
     server = PwpServer(config=cfg, key=key, random=seeded_for_tests(seed + 1))
-    silos = {s: PwpSilo(s, config=cfg, counts=histogram[s], random=seeded_for_tests(seed + 10 + s)) for s in range(len(histogram))}
+    silos = {s: PwpSilo(s, config=cfg, counts=histogram[s], random=seeded_for_tests(seed + 10 + s), planned_rounds=planned_rounds)
+             for s in range(len(histogram))}
     received, inbound = [], {}
     for stage in server.setup_stages:
         replies = {s: silo.setup_reply(stage, inbound.get(s)) for s, silo in silos.items()}
@@ -89,10 +90,12 @@ def bound_for(histogram: np.ndarray, inputs: dict[int, UserDeltas], cfg: PwpConf
     return stated + 4 * 2.0**-52 * float(np.max(np.abs(plain)))  # the float rounding of both results
 
 
-def test_private_weighted_sum_equals_the_plain_one_within_the_stated_bound() -> None:
+@pytest.mark.parametrize("planned_rounds", [1, 1000])  # Horner's rule over every slot; tables of shifted weights
+def test_private_weighted_sum_equals_the_plain_one_within_the_stated_bound(planned_rounds: int) -> None:
     """Two rounds, the second with a user sample; 23 values in 10-slot ciphertexts (the last one partial)."""
     cfg = config()
-    server, silos, _, _ = set_up(cfg)
+    server, silos, _, _ = set_up(cfg, planned_rounds=planned_rounds)
+    assert (silos[0]._powers.plan.shifts > 1) == (planned_rounds > 1)
     rng = np.random.default_rng(7)
     for round_index, sampled in enumerate([None, np.array([1, 0, 1, 1, 0, 1, 1], dtype=bool)]):
         inputs = round_inputs(HISTOGRAM, length=cfg.length, rng=rng, sampled=sampled)

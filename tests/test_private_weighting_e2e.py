@@ -87,3 +87,19 @@ def test_a_user_beyond_max_records_per_user_is_refused_in_one_line() -> None:
     PerUserSilo(context, UldpParams(weighting="private", max_records_per_user=7))
     assert any("N_u = 0" in item for item in Uldp(params).assumed_public())
     assert not any("N_u = 0" in item for item in Uldp(UldpParams()).assumed_public())
+
+
+def test_the_silo_sizes_its_tables_for_the_scenarios_rounds() -> None:
+    """``Uldp.silo_protocol`` hands ``federation.rounds`` to the protocol's silo, whose table plan depends on it."""
+    histogram = np.array([[3, 0, 1], [4, 2, 0]])
+    model = build_model("logistic_regression", feature_shape=(4,), num_classes=2)
+    for rounds in (1, 400):
+        context = SiloContext(
+            silo_id=0, record_ids=np.arange(4), features=torch.zeros(4, 4), labels=torch.zeros(4, dtype=torch.long),
+            model=model, training=LocalTraining(local_steps=1, batch_size=4, lr=0.1, rounds=rounds, client_rate=1.0),
+            generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), user_ids=np.array([0, 0, 0, 2]),
+            user_histogram=histogram,
+        )
+        silo = Uldp(UldpParams(weighting="private")).silo_protocol(context, fractional_bits=24, min_participants=2)
+        assert silo._planned_rounds == rounds
+

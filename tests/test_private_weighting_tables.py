@@ -46,6 +46,8 @@ def test_every_plan_packs_the_exact_signed_weighted_sum(plan: TablePlan) -> None
         assert key.decrypt(ciphertext) == expected
     assert powers.packed([], np.zeros((0, LENGTH), dtype=np.int64), LENGTH) == [mpz(1)] * 3
     assert key.decrypt(powers.encrypted_weight(9)) == weights[9]
+    with pytest.raises(ValueError, match="beyond the tables"):
+        powers.packed(users, np.where(exponents == limit - 1, limit, exponents), LENGTH)
 
 
 def test_the_planner_drops_horners_rule_when_tables_pay_for_themselves() -> None:
@@ -56,6 +58,9 @@ def test_the_planner_drops_horners_rule_when_tables_pay_for_themselves() -> None
     one_round = plan_tables(users=10, exponent_bits=25, length=107, layout=layout, rounds=1, budget=budget)
     assert one_round.entries(10) < small.entries(10)  # building big tables for one round does not pay
     cnn = plan_tables(users=100, exponent_bits=21, length=21_840, layout=layout, rounds=50, budget=budget)
-    assert cnn.shifts == 1 and cnn.windows == 2 and cnn.entries(100) <= budget  # shifted tables do not fit
+    assert (cnn.shifts, cnn.windows, cnn.window_bits) == (1, 2, 11) and cnn.entries(100) <= budget  # no room to shift
+    for users, bits, rounds in [(1, 1, 1), (3, 0, 5), (40, 33, 7), (10, 25, 50)]:  # exponents of b bits always fit
+        plan = plan_tables(users=users, exponent_bits=bits, length=23, layout=layout, rounds=rounds, budget=budget)
+        assert plan.windows * plan.window_bits >= bits and plan.entries(users) <= budget
     with pytest.raises(ValueError, match="no table plan"):
         plan_tables(users=10_000, exponent_bits=25, length=107, layout=layout, rounds=1, budget=1_000)
