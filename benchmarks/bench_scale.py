@@ -1,6 +1,8 @@
 """Scale: 10, 100 and 1,000 silos on this machine, one round each (digits, MLP, FedAvg or DP-SGD).
 
-For each silo count: start-up seconds (data, workers, protocol set-up), seconds for the round, the peak resident
+For each silo count: start-up seconds (data, workers, protocol set-up; the protocol's set-up, secure aggregation's
+key agreement, also on its own), seconds for the round (and the slowest silo's protection of its upload: with
+secure aggregation, expanding and adding one mask stream per other participant), the peak resident
 memory of all privsilo processes together (this driver and every process of the Ray session it starts,
 sampled from /proc every 0.2 s) and, against the smallest count, the memory per extra silo. Each count runs in
 a fresh Ray session, so start-up includes starting Ray and the actor processes. Ratios, not absolute times,
@@ -13,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-import time
 from pathlib import Path
 
 import simulator  # noqa: F401  (Ray environment)
@@ -92,17 +93,19 @@ def main() -> None:
             result = run(scenario(silos, mechanism=args.mechanism, secure_aggregation=args.secure_aggregation))
         timing = result.timing
         startup = timing["data_seconds"] + timing["workers_seconds"] + timing["protocol_setup_seconds"]
-        rows.append((silos, len(result.packing), startup, timing["rounds_seconds"], memory.peak, result.final["accuracy"]))
+        rows.append((silos, len(result.packing), startup, timing["protocol_setup_seconds"], timing["rounds_seconds"],
+                     timing["protocol_round_silo_seconds"], memory.peak))
         print(f"{silos} silos done", flush=True)
-    base_silos, _, base_startup, _, base_memory, _ = rows[0]
+    base_silos, _, base_startup, _, _, _, base_memory = rows[0]
     print(f"\n{args.mechanism}, secure aggregation {'on' if args.secure_aggregation else 'off'}, digits MLP, 1 round, "
           f"{os.cpu_count()} CPUs")
-    print("| silos | workers | start-up s | round s | peak memory GiB | MiB per extra silo | start-up / first |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for silos, workers, startup, round_seconds, peak, _ in rows:
+    print("| silos | workers | start-up s | of which protocol set-up s | round s | of which one silo's masking s "
+          "| peak memory GiB | MiB per extra silo | start-up / first |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for silos, workers, startup, setup, round_seconds, masking, peak in rows:
         extra = "" if silos == base_silos else f"{(peak - base_memory) / (silos - base_silos) / 2**20:.2f}"
-        print(f"| {silos} | {workers} | {startup:.1f} | {round_seconds:.2f} | {peak / 2**30:.2f} | {extra} | "
-              f"{startup / base_startup:.2f} |")
+        print(f"| {silos} | {workers} | {startup:.1f} | {setup:.1f} | {round_seconds:.2f} | {masking:.3f} | "
+              f"{peak / 2**30:.2f} | {extra} | {startup / base_startup:.2f} |")
 
 
 if __name__ == "__main__":

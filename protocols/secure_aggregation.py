@@ -41,6 +41,7 @@ difference of the two vectors.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, Mapping
@@ -133,12 +134,30 @@ def mask_stream(pairwise_key: bytes, *, round_index: int, length: int) -> np.nda
     the 12-byte nonce ``round_index`` (little-endian), read as little-endian 64-bit integers. The 32-bit block
     counter allows up to 2^35 words per round.
     """
-    if not 0 <= round_index < 2**96:
-        raise ValueError(f"round_index must be in [0, 2^96) to fit the ChaCha20 nonce, got {round_index!r}")
-    nonce = (0).to_bytes(4, "little") + round_index.to_bytes(12, "little")
-    encryptor = Cipher(algorithms.ChaCha20(pairwise_key, nonce), mode=None).encryptor()
-    keystream = encryptor.update(bytes(length * _WORD_BYTES))
-    return np.frombuffer(keystream, dtype="<u8").astype(np.uint64, copy=False)
+    out = np.empty(length, dtype=np.uint64)
+    _MaskStreams(length).write(pairwise_key, round_index=round_index, out=out)
+    return read_only(out)
+
+
+class _MaskStreams:
+    """Writes :func:`mask_stream` words into a caller's ``uint64`` array, with one zero block (the cipher's input)
+    kept for every stream of one length: a silo masking for n peers expands n streams without allocating any."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self._zeros = bytes(length * _WORD_BYTES)
+
+    def write(self, pairwise_key: bytes, *, round_index: int, out: np.ndarray) -> None:
+        """Overwrite ``out`` (C-contiguous ``uint64`` of ``length`` words) with ``PRG(pairwise_key, round_index)``."""
+        if not 0 <= round_index < 2**96:
+            raise ValueError(f"round_index must be in [0, 2^96) to fit the ChaCha20 nonce, got {round_index!r}")
+        if out.dtype != np.uint64 or out.shape != (self.length,) or not out.flags.c_contiguous:
+            raise ValueError(f"expected a contiguous uint64 array of {self.length} words, got {out.dtype} {out.shape}")
+        nonce = (0).to_bytes(4, "little") + round_index.to_bytes(12, "little")
+        encryptor = Cipher(algorithms.ChaCha20(pairwise_key, nonce), mode=None).encryptor()
+        encryptor.update_into(self._zeros, memoryview(out).cast("B"))
+        if sys.byteorder != "little":  # the words are little-endian
+            out.byteswap(inplace=True)
 
 
 def derive_pairwise_keys(
@@ -281,8 +300,10 @@ class SecAggSilo(SiloProtocol):
         if values.ndim != 1:
             raise ValueError(f"expected a flat vector, got shape {values.shape}")
         masked = self.codec.encode(values)
+        # Every peer's stream is expanded into the same buffer and added in place (mod 2^64, so in any order).
+        streams, mask = _MaskStreams(masked.size), np.empty(masked.size, dtype=np.uint64)
         for peer_id in members - {self.silo_id}:
-            mask = mask_stream(self._pairwise_keys[peer_id], round_index=round_index, length=masked.size)
+            streams.write(self._pairwise_keys[peer_id], round_index=round_index, out=mask)
             if self.silo_id < peer_id:
                 masked += mask
             else:

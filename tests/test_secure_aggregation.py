@@ -232,6 +232,25 @@ def test_mask_stream_is_the_rfc8439_chacha20_keystream() -> None:
     assert fifth.astype("<u8").tobytes() == bytes.fromhex("c2c64d378cd536374ae204b9ef933fcd")
 
 
+def test_a_masked_vector_is_the_encoding_plus_the_signed_mask_streams_of_its_peers() -> None:
+    # protect expands every peer's stream into one reused buffer; the result must be exactly the definition.
+    silos, _ = set_up()
+    keys = {
+        j: derive_pairwise_key(private_key=fixed_private_key(2), peer_public_key=public_bytes(fixed_private_key(j)),
+                               own_id=2, peer_id=j)
+        for j in SILO_IDS if j != 2
+    }
+    vector = np.linspace(-3.0, 3.0, 1001)
+    participants = (0, 2, 3, 4)
+    expected = CODEC.encode(vector)
+    for j in (0, 3, 4):
+        stream = mask_stream(keys[j], round_index=5, length=vector.size)
+        expected = expected + stream if 2 < j else expected - stream
+    masked = silos[2].protect(vector, round_index=5, participants=participants).data
+    np.testing.assert_array_equal(masked, expected)
+    assert not mask_stream(keys[0], round_index=5, length=3).flags.writeable
+
+
 def test_silo_rejects_out_of_order_calls() -> None:
     silo = SecAggSilo(0, codec=CODEC)
     with pytest.raises(ProtocolStateError, match="before setup"):
