@@ -55,8 +55,8 @@ def _groups(layout: SlotLayout, length: int, shifts: int) -> list[int]:
 
 def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayout, rounds: int, budget: int) -> TablePlan:
     """The plan minimising the multiplications of building the tables plus ``rounds`` rounds (counting every
-    window digit as nonzero), with at most ``budget`` table entries in all. Raises ``ValueError`` if no plan fits
-    the budget."""
+    window digit as nonzero), with at most ``budget`` table entries in all; if none fits, the smallest plan (one
+    table per user of one-bit windows: a power of two per bit)."""
     exponent_bits = max(1, exponent_bits)
     best: tuple[int, TablePlan] | None = None
     for shifts in range(1, min(layout.slots, length) + 1):
@@ -71,9 +71,7 @@ def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayo
             cost = build + rounds * (users * length * windows + squarings + signs)
             if best is None or cost < best[0]:
                 best = (cost, plan)
-    if best is None:
-        raise ValueError(f"no table plan for {users} users and {exponent_bits}-bit exponents fits {budget} entries")
-    return best[1]
+    return best[1] if best else TablePlan(shifts=1, windows=exponent_bits, window_bits=1)
 
 
 class WeightPowers:
