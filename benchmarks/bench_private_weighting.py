@@ -35,6 +35,7 @@ from protocols.private_weighting import PwpConfig
 from protocols.private_weighting_server import PwpServer
 from protocols.private_weighting_silo import PwpSilo
 from protocols.private_weighting_layout import lcm_up_to, precision_bound
+from protocols.private_weighting_tables import horner_squarings
 from protocols.private_weighting_messages import UserDeltas
 
 PAPER_PRECISION = 1e-10
@@ -181,8 +182,8 @@ def paper_round(paper: PaperProtocol, inputs, round_index: int) -> tuple[np.ndar
 
 
 def plan_text(silo: PwpSilo) -> str:
-    plan = silo._powers.plan
-    horner = plan.shifts < min(silo.config.layout.slots, silo.config.length)
+    plan, config = silo.table_plan, silo.config
+    horner = horner_squarings(config.layout, config.length, plan.shifts) > 0
     return (f"{plan.shifts} table(s) per user ({'Horner over the slots' if horner else 'no squarings'}), "
             f"{plan.windows} window(s) of {plan.window_bits} bits")
 

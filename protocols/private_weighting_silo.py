@@ -27,7 +27,7 @@ from protocols.private_weighting import (
     seed_context,
 )
 from protocols.private_weighting_layout import KAPPA, WEIGHT_FRACTIONAL_BITS
-from protocols.private_weighting_tables import WeightPowers, plan_tables
+from protocols.private_weighting_tables import TablePlan, WeightPowers, plan_tables
 from protocols.private_weighting_messages import (
     BlindedCounts,
     ConvertedWeights,
@@ -65,7 +65,7 @@ class PwpSilo(SiloProtocol):
             raise ValueError(f"planned_rounds must be an int >= 1, got {planned_rounds!r}")
         self.silo_id = silo_id
         self.config = config
-        self._planned_rounds = planned_rounds
+        self.planned_rounds = planned_rounds
         self._counts = tuple(int(c) for c in counts)
         self._random = random or CryptoRandom()
         self._private_key: X25519PrivateKey | None = private_key or X25519PrivateKey.from_private_bytes(self._random.bytes(32))
@@ -177,9 +177,14 @@ class PwpSilo(SiloProtocol):
                 offset = self._conversion_masks.pop(user) * config.weight_scale // config.c_lcm
                 weights[user] = mpz(ciphertext) * public.plaintext_factor(-offset) % public.n_square
         plan = plan_tables(users=len(weights), exponent_bits=config.delta_bits, length=config.length, layout=config.layout,
-                           rounds=self._planned_rounds, budget=TABLE_BUDGET)
+                           rounds=self.planned_rounds, budget=TABLE_BUDGET)
         self._powers = WeightPowers(weights, plan=plan, layout=config.layout, modulus=public.n_square)
         return SetupDone(sender=self.silo_id)
+
+    @property
+    def table_plan(self) -> TablePlan | None:
+        """The tables set-up built for this silo's users (None before set-up)."""
+        return self._powers.plan if self._powers else None
 
     @property
     def weighted_users(self) -> tuple[int, ...]:

@@ -53,6 +53,12 @@ def _groups(layout: SlotLayout, length: int, shifts: int) -> list[int]:
     return [-(-layout.slots_in(c, length) // shifts) for c in range(layout.ciphertexts(length))]
 
 
+def horner_squarings(layout: SlotLayout, length: int, shifts: int) -> int:
+    """Squarings per round of Horner's rule over the groups of ``shifts`` slots (0 when every ciphertext is one
+    group)."""
+    return sum(count - 1 for count in _groups(layout, length, shifts)) * shifts * layout.slot_bits
+
+
 def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayout, rounds: int, budget: int) -> TablePlan:
     """The plan minimising the multiplications of building the tables plus ``rounds`` rounds (counting every
     window digit as nonzero), with at most ``budget`` table entries in all; if none fits, the smallest plan (one
@@ -60,9 +66,8 @@ def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayo
     exponent_bits = max(1, exponent_bits)
     best: tuple[int, TablePlan] | None = None
     for shifts in range(1, min(layout.slots, length) + 1):
-        groups = _groups(layout, length, shifts)
-        squarings = sum(count - 1 for count in groups) * shifts * layout.slot_bits
-        signs = INVERSION_COST * sum(groups)
+        squarings = horner_squarings(layout, length, shifts)
+        signs = INVERSION_COST * sum(_groups(layout, length, shifts))
         for windows in range(1, exponent_bits + 1):
             plan = TablePlan(shifts=shifts, windows=windows, window_bits=-(-exponent_bits // windows))
             if plan.entries(users) > budget:
@@ -88,10 +93,7 @@ class WeightPowers:
                 shifted.append(WindowTable.build(base, window_bits=plan.window_bits, windows=plan.windows, modulus=modulus))
             tables[user] = tuple(shifted)
         self._tables: Mapping[int, tuple[WindowTable, ...]] = MappingProxyType(tables)
-
-    @property
-    def users(self) -> frozenset[int]:
-        return frozenset(self._tables)
+        self.users = frozenset(tables)
 
     def encrypted_weight(self, user: int) -> mpz:
         """``Enc(w_u)``, the base of the user's first table."""

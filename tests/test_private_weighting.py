@@ -95,7 +95,7 @@ def test_private_weighted_sum_equals_the_plain_one_within_the_stated_bound(plann
     """Two rounds, the second with a user sample; 23 values in 10-slot ciphertexts (the last one partial)."""
     cfg = config()
     server, silos, _, _ = set_up(cfg, planned_rounds=planned_rounds)
-    assert (silos[0]._powers.plan.shifts > 1) == (planned_rounds > 1)
+    assert (silos[0].table_plan.shifts > 1) == (planned_rounds > 1)
     rng = np.random.default_rng(7)
     for round_index, sampled in enumerate([None, np.array([1, 0, 1, 1, 0, 1, 1], dtype=bool)]):
         inputs = round_inputs(HISTOGRAM, length=cfg.length, rng=rng, sampled=sampled)

@@ -101,5 +101,5 @@ def test_the_silo_sizes_its_tables_for_the_scenarios_rounds() -> None:
             user_histogram=histogram,
         )
         silo = Uldp(UldpParams(weighting="private")).silo_protocol(context, fractional_bits=24, min_participants=2)
-        assert silo._planned_rounds == rounds
+        assert silo.planned_rounds == rounds
 

@@ -9,7 +9,7 @@ from gmpy2 import mpz
 from protocols.crypto_random import seeded_for_tests
 from protocols.paillier import PaillierKeyPair
 from protocols.private_weighting_layout import SlotLayout
-from protocols.private_weighting_tables import TablePlan, WeightPowers, plan_tables
+from protocols.private_weighting_tables import TablePlan, WeightPowers, horner_squarings, plan_tables
 from tests.test_private_weighting import TEST_P, TEST_Q
 
 LAYOUT = SlotLayout(slot_bits=48, slots=7)  # 336 bits of a 1,024-bit test key
@@ -55,6 +55,8 @@ def test_the_planner_drops_horners_rule_when_tables_pay_for_themselves() -> None
     budget = 1 << 19
     small = plan_tables(users=10, exponent_bits=25, length=107, layout=layout, rounds=50, budget=budget)
     assert small.shifts == 31 and small.entries(10) <= budget  # the paper's small model: no squarings per round
+    assert horner_squarings(layout, 107, small.shifts) == 0
+    assert horner_squarings(layout, 21_840, 1) == (704 * 30 + 15) * 96  # 704 full ciphertexts and one of 16 slots
     one_round = plan_tables(users=10, exponent_bits=25, length=107, layout=layout, rounds=1, budget=budget)
     assert one_round.entries(10) < small.entries(10)  # building big tables for one round does not pay
     cnn = plan_tables(users=100, exponent_bits=21, length=21_840, layout=layout, rounds=50, budget=budget)
