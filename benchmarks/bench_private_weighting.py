@@ -34,7 +34,7 @@ from protocols.paillier import PaillierKeyPair
 from protocols.private_weighting import PwpConfig
 from protocols.private_weighting_server import PwpServer
 from protocols.private_weighting_silo import PwpSilo
-from protocols.private_weighting_layout import lcm_up_to, precision_bound
+from protocols.private_weighting_layout import HeadroomError, check_conversion, lcm_up_to, precision_bound
 from protocols.private_weighting_tables import horner_squarings
 from protocols.private_weighting_messages import UserDeltas
 
@@ -263,10 +263,14 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[16, 107], help="model sizes d of the comparison")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of privsilo's protocol per size")
     parser.add_argument("--baseline-repeats", type=int, default=1, help="rounds of the paper's approach per size")
-    parser.add_argument("--key-bits", type=int, default=3072)
+    parser.add_argument("--key-bits", type=int, default=3072, help="Paillier modulus bits (lcm(1..2000), the paper's N_max, must fit)")
     parser.add_argument("--rounds", type=int, default=50, help="rounds of the run the silos' tables are sized for")
     parser.add_argument("--cnn", action="store_true", help="also the 21,840-parameter CNN case (long)")
     args = parser.parse_args()
+    try:
+        check_conversion(key_bits=args.key_bits, max_records_per_user=PAPER_MAX_RECORDS)
+    except HeadroomError as exc:
+        parser.error(f"--key-bits {args.key_bits}: {exc}")
     for length in args.sizes:
         compare_small(length, repeats=args.repeats, baseline_repeats=args.baseline_repeats, key_bits=args.key_bits,
                       rounds=args.rounds)
