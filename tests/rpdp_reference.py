@@ -1,25 +1,14 @@
 """An independent evaluation of rPDP-FL's accountant for the tests, written from the paper (Liu et al., CCS 2024,
-Lemma 4, Lemma 6, Theorem 1) in 50-digit arithmetic at integer RDP orders, sharing no code with ``mechanisms``."""
+Lemma 4, Lemma 6, Theorem 1) at integer RDP orders (log A_a from ``tests.rdp_reference``), sharing no code with ``mechanisms``."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 import mpmath
 
+from tests.rdp_reference import log_moment
+
 DIGITS = 50
-
-
-@lru_cache(maxsize=None)
-def _log_moment(q: float, sigma: float, order: int) -> mpmath.mpf:
-    """log A_a(q) (Lemma 4): the binomial sum over l = 0..a of C(a, l) (1-q)^(a-l) q^l exp(l(l-1) / (2 sigma^2))."""
-    with mpmath.workdps(DIGITS):
-        q, sigma = mpmath.mpf(q), mpmath.mpf(sigma)
-        return mpmath.log(
-            mpmath.fsum(
-                mpmath.binomial(order, l) * (1 - q) ** (order - l) * q**l * mpmath.exp(l * (l - 1) / (2 * sigma**2))
-                for l in range(order + 1)
-            )
-        )
 
 
 @lru_cache(maxsize=None)
@@ -32,7 +21,7 @@ def lemma6_epsilon(q, *, sigma, rounds, local_steps, client_rate, delta, convers
         lam, delta = mpmath.mpf(client_rate), mpmath.mpf(delta)
         best = mpmath.inf
         for a in (int(order) for order in orders):
-            rho_tau = local_steps * _log_moment(float(q), float(sigma), a) / (a - 1)
+            rho_tau = local_steps * log_moment(float(q), float(sigma), float(a)) / (a - 1)
             rho = rounds * mpmath.log(1 - lam + lam * mpmath.exp((a - 1) * rho_tau)) / (a - 1)
             if conversion == "seed":
                 eps = rho + mpmath.log(1 / delta) / (a - 1)

@@ -57,3 +57,35 @@ def test_heart_disease_dpsgd_spends_a_single_digit_epsilon(heart_disease_dir):
     assert epsilon < 10
     assert round(epsilon, 2) == 3.45  # the figure the scenario's comment states
     assert scenario.data.partition == "natural" and len(dataset.natural_partition) == scenario.data.silos
+
+
+@pytest.mark.parametrize("name", ["pldp/mnist.yaml", "pldp/fashion_mnist.yaml"])
+def test_pldp_comments_state_the_exact_averaged_noise(name):
+    """The noise figures in a PLDP scenario's comment are mechanisms.pldp.averaged_noise_std at the scenario's own
+    settings (clients 0..n-1 upload, levels in turn by client id, weights at the centre), for its ranges and tau1."""
+    import re
+
+    import numpy as np
+
+    from mechanisms.pldp import averaged_noise_std
+    from mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES
+
+    raw = load_scenario_file(SCENARIOS / name)
+    comments = " ".join(line.lstrip("# ") for line in (SCENARIOS / name).read_text().splitlines() if line.startswith("#"))
+    mechanism = raw["mechanism"]
+
+    def noise(ranges: str, uploads: int) -> float:
+        clients = np.arange(uploads)
+        lengths, budgets = PAPER_RANGES[ranges], PAPER_BUDGETS[mechanism["budgets"]]
+        return averaged_noise_std(
+            0.0,  # weights at the centre
+            length=np.array(lengths)[clients % len(lengths)],
+            epsilon=np.array(budgets)[clients % len(budgets)],
+        )
+
+    stated = re.search(r"standard deviation ([\d.]+) per weight at 70 uploads \(([\d.]+) at 7", comments)
+    assert stated, "the comment states the noise at 70 and 7 uploads"
+    assert float(stated.group(1)) == pytest.approx(noise(mechanism["ranges"], 70), abs=5e-4)
+    assert float(stated.group(2)) == pytest.approx(noise(mechanism["ranges"], 7), abs=5e-3)
+    tau1 = re.search(r"ranges=tau1 \(([\d.]+) per weight at 70 uploads", comments)
+    assert tau1 and float(tau1.group(1)) == pytest.approx(noise("tau1", 70), abs=5e-4)

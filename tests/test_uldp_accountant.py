@@ -110,7 +110,18 @@ def test_accountant_counts_each_round_once_across_silos() -> None:
             accountant.record(silo, UserLevelGaussianEvent(round_index=round_index, user_rate=0.5, noise_multiplier=5.0, users_sampled=20))
     report = accountant.report()
     assert report["epsilon"] == epsilon(variant="avg_w", noise_multiplier=5.0, rounds=50, delta=1e-5, user_rate=0.5)
-    assert report["rounds_accounted"] == 50 and report["users_sampled_per_round"] == [20] * 50
+    assert report["rounds_accounted"] == 50
+
+
+def test_report_does_not_publish_the_user_sample_sizes() -> None:
+    """The amplified epsilon assumes the third party does not learn the sample; its per-round sizes would
+    condition it (the RDP averaged over the realised sizes is higher than the one reported)."""
+    accountant = UldpAccountant(variant="avg_w", delta=1e-5)
+    for round_index, sampled in enumerate((17, 23, 20)):
+        accountant.record(0, UserLevelGaussianEvent(round_index=round_index, user_rate=0.1, noise_multiplier=2.0, users_sampled=sampled))
+    report = accountant.report()
+    assert not any("sampled" in key and "without" not in key for key in report)
+    assert not any(isinstance(value, list) for value in report.values())
 
 
 def test_accountant_rejects_silos_that_disagree() -> None:

@@ -43,11 +43,7 @@ def test_user_level_variants_report_the_accountants_epsilon(ray_local, heart_dis
     users = summary["users"]
     assert users["count"] == 50 and users["users_with_records"] + users["dropped_users"] == 50
     assert len(users["users_per_silo"]) == 4
-    sampled = privacy["users_sampled_per_round"]
-    if user_rate == 1.0:
-        assert sampled == [50] * ROUNDS
-    else:  # the server's sample reached every silo (they agreed, or the accountant would have refused)
-        assert all(0 < n < 50 for n in sampled)
+    assert "users_sampled_per_round" not in privacy  # the sample's sizes would condition the amplified epsilon
     assert np.isfinite(summary["final"]["accuracy"])
 
 

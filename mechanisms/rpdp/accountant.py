@@ -23,12 +23,8 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-from scipy import special
 
-# Opacus stops the fractional-order series after the first term whose two parts are both below exp(-30).
-_SERIES_STOP_LOG = -30.0
-_FIRST_CHUNK = 16
-_MAX_CHUNK = 1024
+from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, conversion_offset, poisson_gaussian_rdp
 
 
 class Adversary(enum.Enum):
@@ -87,89 +83,21 @@ def _rates(q: object) -> np.ndarray:
 
 
 def _orders(orders: object) -> np.ndarray:
-    from mechanisms.accounting import DEFAULT_ORDERS  # loads Opacus and torch: see mechanisms.registry
-
     values = np.asarray(DEFAULT_ORDERS if orders is None else orders, dtype=np.float64).ravel()
     if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1.0):
         raise ValueError(f"orders must be a non-empty sequence of finite numbers > 1, got {orders!r}")
     return values
 
 
-def _log_a_integer(q: np.ndarray, sigma: float, order: int) -> np.ndarray:
-    """log A_a(q) at integer order a (Lemma 4) for 0 < q < 1, written as log(1 + sum of positive terms).
-
-    Since the binomial weights sum to 1, ``A_a - 1 = sum_{l>=2} C(a,l) (1-q)^(a-l) q^l (exp(l(l-1)/(2 sigma^2)) - 1)``:
-    every term is positive, so small rates keep full relative precision.
-    """
-    l = np.arange(2, order + 1, dtype=np.float64)
-    log_binom = special.gammaln(order + 1.0) - special.gammaln(l + 1.0) - special.gammaln(order - l + 1.0)
-    exponent = l * (l - 1.0) / (2.0 * sigma**2)
-    log_expm1 = exponent + np.log(-np.expm1(-exponent))
-    terms = log_binom + log_expm1 + np.log(q)[:, None] * l + np.log1p(-q)[:, None] * (order - l)
-    return np.logaddexp(0.0, special.logsumexp(terms, axis=1))
-
-
-def _log_a_fractional(q: np.ndarray, sigma: float, order: float) -> np.ndarray:
-    """log A_a(q) at fractional order a for 0 < q < 1: the two series of Mironov, Talwar, Zhang 2019, Sec. 3.3.
-
-    Term i of the first series is ``C(a,i) q^i (1-q)^(a-i) exp((i^2-i)/(2 sigma^2)) Phi((z0-i)/sigma)`` and of the
-    second ``C(a,i) q^(a-i) (1-q)^i exp((j^2-j)/(2 sigma^2)) Phi((j-z0)/sigma)`` with ``j = a - i`` and
-    ``z0 = sigma^2 log(1/q - 1) + 1/2``; the signs of C(a, i) alternate once i > a. Each rate runs, in chunks of
-    terms, up to the first i whose two terms are both below exp(-30) (the truncation Opacus uses); positive and
-    negative terms are summed separately in log space.
-    """
-    log_q, log_1mq = np.log(q), np.log1p(-q)
-    z0 = sigma**2 * (log_1mq - log_q) + 0.5
-    neg_inf = np.full(q.shape, -np.inf)
-    log_pos, log_neg = neg_inf.copy(), neg_inf.copy()
-    active = np.arange(q.size)
-    start, chunk = 0, _FIRST_CHUNK
-    while active.size:
-        i = np.arange(start, start + chunk, dtype=np.float64)
-        j = order - i
-        coef = special.binom(order, i)
-        log_coef = np.log(np.abs(coef))
-        lq, l1q, z = log_q[active, None], log_1mq[active, None], z0[active, None]
-        s0 = log_coef + i * lq + j * l1q + (i * i - i) / (2 * sigma**2) + special.log_ndtr((z - i) / sigma)
-        s1 = log_coef + j * lq + i * l1q + (j * j - j) / (2 * sigma**2) + special.log_ndtr((j - z) / sigma)
-        small = np.maximum(s0, s1) < _SERIES_STOP_LOG
-        done = small.any(axis=1)
-        last = np.where(done, small.argmax(axis=1), chunk - 1)
-        keep = np.arange(chunk) <= last[:, None]
-        both = np.where(keep, np.logaddexp(s0, s1), -np.inf)
-        positive = coef > 0
-        log_pos[active] = np.logaddexp(log_pos[active], special.logsumexp(np.where(positive, both, -np.inf), axis=1))
-        log_neg[active] = np.logaddexp(log_neg[active], special.logsumexp(np.where(positive, -np.inf, both), axis=1))
-        active = active[~done]
-        start += chunk
-        chunk = min(2 * chunk, _MAX_CHUNK)
-    return log_pos + np.log1p(-np.exp(log_neg - log_pos))
-
-
-def _step_rdp(rates: np.ndarray, sigma: float, alphas: np.ndarray) -> np.ndarray:
-    """``rho(a, q)`` for validated flat ``rates`` and ``alphas``: shape ``(len(alphas), len(rates))``."""
-    out = np.zeros((alphas.size, rates.size))
-    out[:, rates == 1.0] = alphas[:, None] / (2.0 * sigma**2)
-    inner = (rates > 0.0) & (rates < 1.0)
-    if inner.any():
-        for row, alpha in enumerate(alphas):
-            if float(alpha).is_integer():
-                log_a = _log_a_integer(rates[inner], sigma, int(alpha))
-            else:
-                log_a = _log_a_fractional(rates[inner], sigma, float(alpha))
-            out[row, inner] = log_a / (alpha - 1.0)
-    return out
-
-
 def step_rdp(q: object, *, noise_multiplier: float, orders: object = None) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step, ``rho(a, q)`` (Lemma 4), shape ``(len(orders),) + q.shape``.
 
-    Integer orders use the finite binomial sum, fractional ones the Mironov et al. 2019 series that Opacus'
-    ``compute_rdp`` uses; ``q = 0`` gives 0 and ``q = 1`` the Gaussian mechanism's ``a / (2 sigma^2)``.
+    See :func:`mechanisms.rdp.poisson_gaussian_rdp`: integer orders exact, fractional ones checked against them;
+    ``q = 0`` gives 0 and ``q = 1`` the Gaussian mechanism's ``a / (2 sigma^2)``.
     """
     sigma = _sigma(noise_multiplier)
     rates, alphas = _rates(q), _orders(orders)
-    return _step_rdp(rates.ravel(), sigma, alphas).reshape((alphas.size,) + rates.shape)
+    return poisson_gaussian_rdp(rates.ravel(), sigma, alphas).reshape((alphas.size,) + rates.shape)
 
 
 def _log_mixture(x: np.ndarray, client_rate: float) -> np.ndarray:
@@ -252,14 +180,14 @@ def rdp_curve(
     )
     alphas = _orders(orders)
     rates, k, shape = _flat_inputs(q, setting)
-    rdp = setting.compose(_step_rdp(rates, setting.sigma, alphas), alphas, k)
+    rdp = setting.compose(poisson_gaussian_rdp(rates, setting.sigma, alphas), alphas, k)
     return rdp.reshape((alphas.size,) + shape)
 
 
 def _conversion_offset(alphas: np.ndarray, delta: float, kind: Conversion) -> np.ndarray:
     if kind is Conversion.SEED:
         return math.log(1.0 / delta) / (alphas - 1.0)
-    return np.log((alphas - 1.0) / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1.0)
+    return conversion_offset(alphas, delta)
 
 
 def epsilon_from_rdp(
@@ -270,6 +198,7 @@ def epsilon_from_rdp(
     delta = _real_in(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
     alphas = _orders(orders)
     rdp = np.asarray(rdp, dtype=np.float64)
+    check_rdp_curve(alphas, rdp)
     offset = _conversion_offset(alphas, delta, kind)
     return np.min(rdp + offset.reshape((-1,) + (1,) * (rdp.ndim - 1)), axis=0)
 
@@ -330,7 +259,8 @@ def epsilon(
     curve = np.zeros((knots.size, rates.size))
     best = np.full(rates.size, np.inf)
     if integer.any():
-        rdp = setting.compose(_step_rdp(rates, setting.sigma, knots[1:]), knots[1:], k)
+        rdp = setting.compose(poisson_gaussian_rdp(rates, setting.sigma, knots[1:]), knots[1:], k)
+        check_rdp_curve(knots[1:], rdp)
         curve[1:] = (knots[1:, None] - 1.0) * rdp
         best = np.min(rdp + _conversion_offset(knots[1:], delta, kind)[:, None], axis=0)
     for alpha, shift in zip(alphas[~integer], offset[~integer]):
@@ -338,7 +268,7 @@ def epsilon(
         need = bound <= best + 1e-12 * np.abs(best) + 1e-12
         if need.any():
             row = np.array([alpha])
-            rdp = setting.compose(_step_rdp(rates[need], setting.sigma, row), row, None if k is None else k[need])
+            rdp = setting.compose(poisson_gaussian_rdp(rates[need], setting.sigma, row), row, None if k is None else k[need])
             best[need] = np.minimum(best[need], rdp[0] + shift)
     silent = rates == 0.0 if k is None else (rates == 0.0) | (k == 0)
     return np.where(silent, 0.0, best).reshape(shape)

@@ -3,31 +3,31 @@ User-Level Differential Privacy", VLDB 2024).
 
 * ``naive``, ``avg``, ``avg_w``, ``sgd`` (Theorems 1 and 3, Remark 1): every round is one Gaussian mechanism with
   user-level sensitivity ``C`` and noise ``sigma * C`` summed over silos; with user-level sub-sampling it is the
-  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from Opacus' maintained analysis
-  (``opacus.accountants.analysis.rdp.compute_rdp``), composed over rounds.
+  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from :func:`mechanisms.rdp.poisson_gaussian_rdp`,
+  composed over rounds.
 * ``group`` (Theorem 2): record-level DP-SGD in every silo; the federation's record-level RDP is the maximum
   over silos (a record lives in one silo), then Mironov's group privacy for RDP (Mironov 2017, Prop. 2): a
   ``(alpha, rho)``-RDP mechanism is ``(alpha / 2^c, 3^c rho)``-RDP for groups of ``2^c`` records when
-  ``alpha >= 2^(c+1)``. A group of ``k`` records is covered by the next power of two **up** (``2^c >= k``);
-  user-level orders ``beta = alpha / 2^c`` are Opacus' orders with ``beta >= 2`` (the Prop. 2 condition).
+  ``alpha >= 2^(c+1)``. A group of ``k`` records is covered by the next power of two **up** (``2^c >= k``).
+  The record-level orders ``alpha`` are **integers** (Opacus' orders ``>= 2`` times ``2^c``, rounded up), where the
+  RDP is an exact finite sum: at fractional orders of this size (up to about 4,000 for k = 64) the series Opacus
+  uses cancels catastrophically and once gave negative epsilons. User-level orders are ``beta = alpha / 2^c >= 2``.
   ``group_rounding="paper"`` reproduces the paper's code instead (the largest power of two *below* ``k``, and its
   order grid, which includes base orders below ``2^(c+1)``): kept for comparison only, **not a guarantee**.
-* RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21), which is exactly Opacus'
-  ``get_privacy_spent``: ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders.
+* RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21, as Opacus' ``get_privacy_spent``):
+  ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders, by
+  :func:`mechanisms.rdp.epsilon_from_rdp`, which refuses a curve with a NaN, a negative or a decreasing value.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Integral, Real
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
-
-from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp, poisson_gaussian_rdp
 from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
 
@@ -42,25 +42,51 @@ def group_exponent(group_k: int, rounding: GroupRounding | str = GroupRounding.U
     return int(group_k).bit_length() - 1
 
 
-def _group_orders(c: int, rounding: GroupRounding) -> tuple[np.ndarray, np.ndarray]:
-    """(user-level orders beta, record-level orders alpha = beta * 2^c) for groups of 2^c records."""
+def group_orders(c: int, rounding: GroupRounding | str = GroupRounding.UP) -> tuple[np.ndarray, np.ndarray]:
+    """(user-level orders beta, record-level orders alpha = beta * 2^c) for groups of 2^c records.
+
+    ``up``: the record-level orders are integers (see the module notes); ``c = 0`` is plain record-level DP on
+    Opacus' orders. ``paper``: the paper's grid (``noise_utils.get_group_privacy_spent``), rounded up to integers
+    for the same reason.
+    """
     size = 2**c
-    if rounding is GroupRounding.PAPER:  # the paper's code (noise_utils.get_group_privacy_spent)
+    if GroupRounding(rounding) is GroupRounding.PAPER:
         alphas = np.array([2 * size + x / 10 for x in range(100)] + list(np.linspace(size + 10, size * 64, 20)))
-        return alphas / size, alphas
-    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
-    betas = orders if c == 0 else orders[orders >= 2.0]
-    return betas, betas * size
+    else:
+        orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+        if c == 0:
+            return orders, orders
+        alphas = orders[orders >= 2.0] * size
+    alphas = np.unique(np.ceil(alphas))
+    return alphas / size, alphas
+
+
+def group_rdp(
+    schedules: Iterable[Schedule], *, group_k: int, rounding: GroupRounding | str = GroupRounding.UP
+) -> tuple[np.ndarray, np.ndarray]:
+    """(user-level orders beta, user-level RDP at them) of ULDP-GROUP-k (Thm. 2): per-silo record-level RDP of its
+    DP-SGD ``schedules`` at the record-level orders, max over silos, times ``3^c`` (Mironov 2017, Prop. 2)."""
+    c = group_exponent(group_k, rounding)
+    betas, alphas = group_orders(c, rounding)
+    curves = [np.zeros_like(alphas)]
+    for schedule in schedules:
+        curve = np.zeros_like(alphas)
+        for rate, sigma, steps in schedule:
+            _check_rate("sampling_rate", rate, allow_zero=True)
+            _check_real("noise_multiplier", sigma, low=0.0)
+            _check_int("local_steps", steps, minimum=0)
+            if steps == 0 or rate == 0.0:
+                continue
+            if sigma == 0.0:
+                return betas, np.full(betas.shape, np.inf)
+            curve = curve + int(steps) * poisson_gaussian_rdp(np.array([float(rate)]), float(sigma), alphas)[:, 0]
+        curves.append(curve)
+    return betas, 3.0**c * np.max(curves, axis=0)
 
 
 def _to_dp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
-    """Lemma 2 (Balle et al. 2020, Thm. 21) via Opacus; inf when no order gives a finite bound."""
-    if not np.isfinite(rdp).any():
-        return math.inf
-    with warnings.catch_warnings():  # the smallest group order is a hard limit of Prop. 2, not a grid artefact
-        warnings.simplefilter("ignore", UserWarning)
-        epsilon, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=delta)
-    return float(epsilon)
+    """Lemma 2 (Balle et al. 2020, Thm. 21); inf when no order gives a finite bound; refuses an impossible curve."""
+    return epsilon_from_rdp(orders, rdp, delta)[0]
 
 
 def user_level_epsilon(*, noise_multiplier: float, rounds: int, delta: float, user_rate: float = 1.0) -> float:
@@ -74,8 +100,8 @@ def user_level_epsilon(*, noise_multiplier: float, rounds: int, delta: float, us
     if noise_multiplier == 0.0:
         return math.inf
     orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
-    rdp = compute_rdp(q=float(user_rate), noise_multiplier=float(noise_multiplier), steps=int(rounds), orders=orders)
-    return _to_dp(orders, np.asarray(rdp), delta)
+    rdp = int(rounds) * poisson_gaussian_rdp(np.array([float(user_rate)]), float(noise_multiplier), orders)[:, 0]
+    return _to_dp(orders, rdp, delta)
 
 
 def group_epsilon(
@@ -83,26 +109,11 @@ def group_epsilon(
 ) -> float:
     """User-level epsilon of ULDP-GROUP-k (Thm. 2): per-silo record-level RDP of its DP-SGD ``schedules``, max
     over silos, then group privacy for ``group_k`` records (rounded as ``rounding`` says)."""
-    rounding = GroupRounding(rounding)
     _check_delta(delta)
-    c = group_exponent(group_k, rounding)
-    betas, alphas = _group_orders(c, rounding)
-    curves = []
-    for schedule in schedules:
-        curve = np.zeros_like(alphas)
-        for rate, sigma, steps in schedule:
-            _check_rate("sampling_rate", rate, allow_zero=True)
-            _check_real("noise_multiplier", sigma, low=0.0)
-            _check_int("local_steps", steps, minimum=0)
-            if steps == 0 or rate == 0.0:
-                continue
-            if sigma == 0.0:
-                return math.inf
-            curve = curve + np.asarray(compute_rdp(q=float(rate), noise_multiplier=float(sigma), steps=int(steps), orders=alphas))
-        curves.append(curve)
-    if not curves or not np.any(curves):
+    betas, rdp = group_rdp(schedules, group_k=group_k, rounding=rounding)
+    if not np.any(rdp):
         return 0.0
-    return _to_dp(betas, 3.0**c * np.max(curves, axis=0), delta)
+    return _to_dp(betas, rdp, delta)
 
 
 def epsilon(
@@ -217,10 +228,7 @@ class UldpAccountant(PrivacyAccountant):
             return 0.0
         if any(sigma == 0.0 for _, sigma in by_setting):
             return math.inf
-        total = sum(
-            np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders))
-            for (q, sigma), steps in by_setting.items()
-        )
+        total = sum(steps * poisson_gaussian_rdp(np.array([q]), sigma, orders)[:, 0] for (q, sigma), steps in by_setting.items())
         return _to_dp(orders, total, self.delta)
 
     def report(self) -> dict[str, Any]:
@@ -250,8 +258,9 @@ class UldpAccountant(PrivacyAccountant):
                     paper_epsilon=report["epsilon"],
                 )
         else:
-            sampled = [event.users_sampled for _, event in sorted(self._rounds.items())]
-            report.update(rounds_accounted=len(sampled), users_sampled_per_round=sampled)
+            # The per-round sample sizes are not reported: the amplified epsilon assumes a third party does not
+            # learn the sample, and publishing its sizes would condition it. The server and silos know them.
+            report.update(rounds_accounted=len(self._rounds))
             if any(event.user_rate < 1.0 for event in self._rounds.values()):
                 report["guarantee"] += (
                     "; amplified by user sub-sampling, so against a third party who does not learn which users were "
