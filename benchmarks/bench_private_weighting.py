@@ -32,11 +32,11 @@ from phe import paillier
 
 from protocols.paillier import PaillierKeyPair
 from protocols.private_weighting import PwpConfig
-from protocols.private_weighting_server import PwpServer
-from protocols.private_weighting_silo import PwpSilo
-from protocols.private_weighting_layout import HeadroomError, check_conversion, lcm_up_to, precision_bound
-from protocols.private_weighting_tables import horner_squarings
-from protocols.private_weighting_messages import UserDeltas
+from protocols.private_weighting.server import PwpServer
+from protocols.private_weighting.silo import PwpSilo
+from protocols.private_weighting.layout import HeadroomError, check_conversion, lcm_up_to, precision_bound
+from protocols.private_weighting.tables import horner_squarings
+from protocols.private_weighting.messages import UserDeltas
 
 PAPER_PRECISION = 1e-10
 PAPER_MAX_RECORDS = 2000

@@ -6,7 +6,7 @@ respect, and the protocol's timing (``summary.json`` ``timing``). Issue 9's chec
         --set federation.rounds=1 --set federation.local_steps=5
 
 The bound, per coordinate and round, is ``eta_g / (|U| |S|)`` times the protocol's precision bound
-(:func:`protocols.private_weighting_layout.precision_bound`, with every user and every (silo, user) pair taking
+(:func:`protocols.private_weighting.layout.precision_bound`, with every user and every (silo, user) pair taking
 part and a 10-sigma bound on ``sum_s |z_s|``) plus the plain run's secure-aggregation rounding ``|S| 2^-(f+1)``;
 rounds add up (the deltas of later rounds start from models that differ by the earlier rounds' errors, so
 beyond one round the check is only indicative). Exit status 1 if the difference exceeds the bound.
@@ -18,7 +18,7 @@ import math
 import sys
 
 import simulator  # noqa: F401  (Ray environment)
-from protocols.private_weighting_layout import precision_bound
+from protocols.private_weighting.layout import precision_bound
 from simulator.engine import run
 from simulator.scenario import resolve_scenario
 

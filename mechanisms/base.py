@@ -47,9 +47,10 @@ class FederationShape:
 
 
 class MechanismParams(BaseModel):
-    """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``)."""
+    """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``); the docstring under
+    each field is its description in the scenario reference."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""

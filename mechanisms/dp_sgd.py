@@ -50,9 +50,13 @@ class DpSgdParams(MechanismParams):
     """Parameters of ``dp_sgd``. ``noise_multiplier = 0`` is allowed but gives epsilon = inf."""
 
     noise_multiplier: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    """Noise multiplier sigma (0 gives no guarantee)."""
     max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    """Per-record clipping norm C."""
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    """Delta of the reported (epsilon, delta)."""
     sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    """Poisson rate q of every silo's local steps, public and the same for all silos; the noisy sum is divided by `federation.batch_size` (set it near q times a typical silo's records), so no step depends on a record count. `null`: q = batch_size / records (Abadi et al.; treats record counts as public)."""
 
     def rate(self, *, batch_size: int, num_records: int) -> float:
         """Poisson rate q of a local step: ``sampling_rate`` if set, else ``min(1, batch_size / n)``."""

@@ -109,7 +109,7 @@ def _fractional_rdp(rates: np.ndarray, sigma: float, order: float) -> np.ndarray
             f"RDP series at order {order} (q={q}, sigma={sigma}) gave {value[broken][0]!r}, outside the exact "
             f"values at orders {math.floor(order)} and {math.ceil(order)}; refusing to report an epsilon"
         )
-    return value
+    return np.maximum(value, below)  # rounding below the exact lower neighbour (e.g. -1e-26) is raised to it
 
 
 def poisson_gaussian_rdp(rates: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:
@@ -119,6 +119,12 @@ def poisson_gaussian_rdp(rates: np.ndarray, sigma: float, orders: np.ndarray) ->
     Gaussian mechanism's ``a / (2 sigma^2)``; integer orders are exact, fractional ones checked (module notes).
     """
     rates, orders = np.asarray(rates, dtype=np.float64), np.asarray(orders, dtype=np.float64)
+    if not (math.isfinite(sigma) and sigma > 0.0):
+        raise ValueError(f"noise multiplier must be finite and > 0, got {sigma!r}")
+    if not np.all((rates >= 0.0) & (rates <= 1.0)):
+        raise ValueError(f"sampling rates must lie in [0, 1], got {rates[~((rates >= 0.0) & (rates <= 1.0))][0]!r}")
+    if not np.all(np.isfinite(orders) & (orders > 1.0)):
+        raise ValueError("orders must be finite and > 1")
     out = np.zeros((orders.size, rates.size))
     out[:, rates == 1.0] = orders[:, None] / (2.0 * sigma**2)
     inner = (rates > 0.0) & (rates < 1.0)

@@ -7,7 +7,7 @@ the ciphertext integers directly, because the protocol needs what phe's number o
 * ``Enc(a) * (1 + m n) = Enc(a + m)  (mod n^2)``: adding a plaintext costs one modular multiplication, since
   ``(1 + n)^m = 1 + m n (mod n^2)``; no fresh encryption.
 * ``Enc(a)^k = Enc(k a)``: scalar multiplication; for a negative ``k`` the protocol raises to ``|k|`` and inverts
-  (see :mod:`protocols.private_weighting_tables`).
+  (see :mod:`protocols.private_weighting.tables`).
 * fixed-base window tables (:class:`WindowTable`): all powers ``c^(d 2^(w i))`` of one ciphertext, so raising
   it to many small exponents costs ``ceil(bits / w)`` multiplications each;
 * Montgomery's batch inversion (:func:`batch_invert`): ``k`` inverses modulo ``n^2`` for one inversion and

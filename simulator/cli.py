@@ -110,7 +110,7 @@ def _cmd_attack(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator.sweep import sweep
+    from simulator.experiments.sweep import sweep
 
     result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, address=args.address, progress=not args.no_progress)
     print(result.headline())
@@ -130,7 +130,7 @@ def _seed_option(text: str | None) -> int | list[int] | None:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from simulator.sweep_merge import merge_sweeps
+    from simulator.experiments.merge import merge_sweeps
 
     _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)
     print(f"merged {len(runs)} runs of {len(args.sweeps)} sweeps ({len(table)} combinations)")
@@ -144,7 +144,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.scenario import load_scenario_file, resolve_scenario
 
     if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
-        from simulator.sweep import count, load_grid
+        from simulator.experiments.sweep import count, load_grid
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]

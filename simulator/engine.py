@@ -9,7 +9,6 @@ import math
 import time
 import warnings
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -32,52 +31,13 @@ from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_model
 from simulator.personalisation.evaluation import personalised_evaluator
+from simulator.results import RoundRecord, RunResult
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
 from simulator.worker_pool import POOL, ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
 ACTOR_RELEASE_TIMEOUT_S = 60
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """One row of ``metrics.csv``: the server's round report, the privacy spent so far and the driver's timings.
-
-    ``training_seconds``: the driver waiting for the round on the actors (sampling, broadcast, local training,
-    aggregation, test evaluation, Ray's overhead); ``accounting_seconds``: recording the round's privacy events
-    and computing epsilon.
-    """
-
-    report: RoundReport
-    epsilon: float | None
-    training_seconds: float
-    accounting_seconds: float
-
-    @property
-    def wall_seconds(self) -> float:
-        """The round as the progress bar sees it: training plus accounting."""
-        return self.training_seconds + self.accounting_seconds
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Everything a run produced; ``privsilo run`` writes it to disk."""
-
-    scenario: Scenario
-    rounds: tuple[RoundRecord, ...]
-    privacy: Mapping[str, Any]
-    timing: Mapping[str, float]
-    placement: tuple[SiloInfo, ...]
-    model_state: Mapping[str, torch.Tensor]
-    users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
-    packing: tuple[tuple[int, ...], ...] = ()  # silo ids hosted by each worker actor
-    personalisation: Mapping[str, Any] | None = None  # per-client evaluation of personalised mechanisms, else None
-
-    @property
-    def final(self) -> dict[str, Any]:
-        last = self.rounds[-1].report
-        return {"rounds": len(self.rounds), "accuracy": last.accuracy, "loss": last.loss}
 
 
 def run(
@@ -339,7 +299,7 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
     with Federation(scenario) as federation:
         accountant.enrol(info.silo_id for info in federation.placement)
         record_events(accountant, {info.silo_id: info.events for info in federation.placement})
-        evaluator = personalised_evaluator(federation)
+        evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
         records = []
         bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
         for round_index in bar:

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from mechanisms.registry import mechanism_class  # noqa: E402
 
 if TYPE_CHECKING:
-    from simulator.engine import RunResult
+    from simulator.results import RunResult
     from simulator.scenario import Scenario
 
 METRICS_COLUMNS = (

@@ -2,7 +2,7 @@
 
 A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
 ``mechanism``, ``protocol``, ``resources``, ``ray`` and, for gradient-inversion attacks, ``attack`` (every key is
-documented in the README). Validation
+documented in the scenario reference of the documentation). Validation
 turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
 allowed; a file that cannot be read as a YAML mapping is one :class:`~simulator.errors.ScenarioFileError` naming
 the file (and the line and column of a YAML syntax error). Scripts rely on these key names: extend the schema,
@@ -26,45 +26,68 @@ if TYPE_CHECKING:
 
 
 class _Block(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    """A block of the scenario; the docstring under each field is its description in the scenario reference."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
 
 
 class UsersConfig(_Block):
     """``data.users``: record owners across silos (ULDP-FL; see simulator.data.users)."""
 
     count: int = Field(ge=1)
+    """Give every training record an owner among this many users (ids shared by all silos; needed by `uldp`; at most the number of training records). Without `partition: natural` the silos come from the users' allocation (`partition` must stay `iid`); with `natural` (heart_disease) records keep their hospital and only owners are drawn."""
     records: Literal["uniform", "zipf"] = "uniform"
+    """Records to users: `uniform`, or `zipf` (user i = 1..count with probability proportional to i^-0.5)."""
     silos: Literal["uniform", "zipf"] = "uniform"
+    """A user's records to silos: `uniform`, or `zipf` (per user, a random ranking of the silos, rank r with probability proportional to r^-2); with `natural`, a record of hospital h gets user u with probability proportional to p_records(u) p_silos(h | u)."""
 
 
 class DataConfig(_Block):
     dataset: str = "digits"
+    """The dataset: `digits`, `breast_cancer`, `heart_disease`, `mnist`, `mnist_5k`, `fashion_mnist`, `lfw`, `synthetic_linear` (see Datasets)."""
     partition: Literal["iid", "shards", "dirichlet", "natural"] = "iid"
+    """`iid`; `shards` (McMahan et al. non-IID: sort by label, each silo gets `shards_per_silo` shards); `dirichlet` (per-class Dirichlet(`alpha`) proportions); `natural` (the dataset's own institutions; heart_disease only)."""
     silos: int = Field(5, ge=1, le=1000)
+    """Number of silos; `natural` needs exactly the dataset's number (4 for heart_disease)."""
     alpha: float | None = Field(None, gt=0)
+    """Dirichlet concentration, required by `dirichlet`."""
     shards_per_silo: int = Field(2, ge=1)
+    """Shards per silo for `shards`."""
     path: str | None = None
+    """Directory with the dataset's files (heart_disease, mnist, fashion_mnist); `null`: the data cache (`privsilo data fetch`)."""
     users: UsersConfig | None = None
-    rotations: list[int] | None = None  # rotated images: silo i rotated by rotations[i mod k] degrees (IFCA)
+    """Record owners across silos (ULDP-FL): the `data.users.*` keys."""
+    rotations: list[int] | None = None
+    """Rotated images (IFCA's clustered benchmark): distinct angles among 0, 90, 180, 270 (at most `data.silos`); silo i's images are rotated counter-clockwise by `rotations[i mod k]`, the silos of one angle form a true group, and the test set holds one rotated copy per angle (image datasets; not with `data.users`)."""
     max_records_per_silo: int | None = Field(None, ge=1)
+    """Each silo keeps at most this many of its records (the first in the partition's seeded order), e.g. a silo holding exactly one batch in attack experiments; not with `data.users`."""
 
 
 class ModelConfig(_Block):
     name: Literal["logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet", "mlp_128"] = "logistic_regression"
+    """`logistic_regression`; `linear_regression` (one bias-free linear output, for `synthetic_linear` only, which needs it); `mlp` (2 hidden layers of 200); `mlp_128` (1 hidden layer of 128); `cnn` (McMahan et al. 2017 2-layer CNN; images only); `small_cnn` (the 21,840-parameter CNN of the ULDP-FL and PLDP-FL papers; images of at least 14x14); `lenet` (the DLG LeNet; images only)."""
 
 
 class FederationConfig(_Block):
     rounds: int = Field(10, ge=1)
+    """Rounds T."""
     client_rate: float = Field(1.0, gt=0, le=1)
+    """Client-level Poisson sampling rate lambda: each silo takes part in a round independently with this probability (who took part is recorded)."""
     local_steps: int = Field(20, ge=1)
+    """Local SGD steps tau per round."""
     batch_size: int = Field(32, ge=1)
+    """Batch size; for DP-SGD the *expected* Poisson batch size (q = batch_size / silo records) or, with `mechanism.sampling_rate`, only the public divisor of the noisy sum; for rpdp the public divisor of the noisy sum (rates come from the budgets)."""
     lr: float = Field(0.1, gt=0)
+    """Local learning rate."""
 
 
 class ProtocolConfig(_Block):
     secure_aggregation: bool = False
+    """Sum the silos' updates with pairwise-masking secure aggregation."""
     fractional_bits: int = Field(24, ge=8, le=40)
+    """Fixed-point precision of secure aggregation (precision 2^-bits); each bit more halves the range a silo's update may span."""
     min_participants: int = Field(1, ge=1)
+    """A round in which fewer silos are sampled is skipped (no training, no privacy cost; `skipped` in `metrics.csv`). Default 2 with secure aggregation (one masked update is its own sum, so at least 2 there), else 1; at most `data.silos`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -78,7 +101,9 @@ class ProtocolConfig(_Block):
 
 class ActorResources(_Block):
     num_cpus: float = Field(0.5, ge=0)
+    """Ray CPUs of the actor."""
     num_gpus: float = Field(0, ge=0)
+    """Ray GPUs of the actor; may be fractional (0.25: four workers share one GPU)."""
 
 
 def _server_resources() -> ActorResources:
@@ -89,8 +114,11 @@ class ResourcesConfig(_Block):
     """Ray resources of the server actor and of each silo worker actor, and how many silos a worker hosts."""
 
     server: ActorResources = Field(default_factory=_server_resources)
+    """Ray resources of the server actor (`num_cpus` 0.5, `num_gpus` 0)."""
     silo: ActorResources = Field(default_factory=ActorResources)
+    """Ray resources of each silo worker actor."""
     silos_per_actor: int | Literal["auto"] = "auto"
+    """Logical silos per worker actor: a number N (ceil(silos / N) workers), or `auto`: one worker per silo while the server's and every worker's shares fit this machine's cores (a cluster: its CPUs and GPUs), else as many workers as fit."""
 
     @field_validator("silos_per_actor", mode="before")
     @classmethod
@@ -102,7 +130,9 @@ class ResourcesConfig(_Block):
 
 class RayConfig(_Block):
     address: str | None = None
+    """Join this Ray cluster (`HOST:PORT` of the head's GCS, as `ray start --head` prints it) instead of starting Ray locally (`--address` overrides it)."""
     connect_timeout: float = Field(30.0, gt=0, allow_inf_nan=False)
+    """Seconds to wait for the head at `ray.address` to answer before giving up (exit 2)."""
 
 
 class AttackConfig(_Block):
@@ -110,14 +140,23 @@ class AttackConfig(_Block):
     (``privsilo attack``, and sweeps whose scenarios carry the block); see :mod:`simulator.attacks`."""
 
     method: Literal["dlg", "idlg"] = "dlg"
+    """`dlg` (Zhu et al. 2019) or `idlg` (Zhao et al. 2020; one record: batch size 1). Attackable mechanisms: `none`, `dp_sgd`, `rpdp` and `dprivacy`; `uldp` and `pldp` exit 2."""
     target_silo: int | list[int] = 0
+    """The silo (or a list of silos) whose upload the server inverts."""
     round: int = Field(1, ge=1)
+    """The attacked round, 1-based as in `metrics.csv` (at most `federation.rounds`; the attack run stops after it)."""
     batch_size: int | None = Field(None, ge=1)
+    """The batch of every silo's local steps in a run with this block: replaces `federation.batch_size` (`null`: keep it); at most the target silo's records."""
     iterations: int = Field(300, ge=1)
+    """L-BFGS outer steps."""
     seeds: int | list[int] = 1
+    """Attack seeds (a count N: 0..N-1, or a list) for the dummy initialisation; every (target silo, seed) is one Ray task."""
     line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
+    """L-BFGS line search: `strong_wolfe`, or `none` (the original DLG code)."""
     success_psnr: float = Field(30.0, gt=0, allow_inf_nan=False)
+    """An attack succeeds when its mean PSNR over the paired images reaches this many dB."""
     num_cpus: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Ray CPUs (and torch threads) of each attack task."""
 
     @field_validator("target_silo")
     @classmethod
@@ -147,6 +186,7 @@ class AttackConfig(_Block):
 
 class MechanismConfig(_Block):
     name: str = "none"
+    """`none` (FedAvg, no protection), `dp_sgd`, `rpdp`, `uldp`, `pldp` or `dprivacy`; the further keys of `mechanism` are the mechanism's parameters (tables below)."""
     params: SerializeAsAny[MechanismParams] = Field(default_factory=MechanismParams)
 
 
@@ -154,16 +194,27 @@ class Scenario(_Block):
     """A validated scenario. ``to_dict()`` gives the resolved YAML form written to ``summary.json``."""
 
     name: str = "scenario"
+    """Run name; the default output directory is `runs/<name>`."""
     seed: int = Field(0, ge=0)
+    """Root seed of every random draw: partition, model initialisation, client sampling, each silo's batches and noise (with `secure_rng: false`)."""
     secure_rng: bool = False
+    """`true`: each silo re-keys its generator from OS entropy after set-up, so its batches and noise cannot be replayed from `seed`, and the server draws `uldp`'s user sample from OS entropy; the keys are never recorded and runs are no longer bit-reproducible (see Threat model)."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """The dataset and how it is split over silos."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The model every silo trains."""
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    """Rounds, client sampling and local training."""
     mechanism: MechanismConfig = Field(default_factory=MechanismConfig)
+    """The privacy mechanism and its parameters."""
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
+    """How the server sums the silos' updates."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    """Ray resources of the actors."""
     ray: RayConfig = Field(default_factory=RayConfig)
+    """Which Ray to run on."""
     attack: AttackConfig | None = None
+    """A gradient-inversion attack by the server (`privsilo attack` and attacked sweeps)."""
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")

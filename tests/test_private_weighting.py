@@ -1,4 +1,4 @@
-"""The private weighting protocol (protocols/private_weighting.py), pure: the weighted sum, the set-up stages, what
+"""The private weighting protocol (protocols/private_weighting/protocol.py), pure: the weighted sum, the set-up stages, what
 the server sees, the paper's fixes (precision bound, headroom, users without records).
 
 Keys: fixed 1,024-bit test primes (allowed only through ``insecure_test_key=True``) and seeded test randomness
@@ -17,16 +17,16 @@ from protocols.crypto_random import seeded_for_tests
 from protocols.fixed_point import EncodingOverflowError
 from protocols.paillier import PaillierKeyPair
 from protocols.private_weighting import PwpConfig, PwpStage, encode_noise
-from protocols.private_weighting_server import PwpServer
-from protocols.private_weighting_silo import PwpSilo
-from protocols.private_weighting_layout import (
+from protocols.private_weighting.server import PwpServer
+from protocols.private_weighting.silo import PwpSilo
+from protocols.private_weighting.layout import (
     WEIGHT_FRACTIONAL_BITS,
     HeadroomError,
     check_headroom,
     lcm_up_to,
     precision_bound,
 )
-from protocols.private_weighting_messages import MaskedWeights, PackedCiphertexts, UserDeltas
+from protocols.private_weighting.messages import MaskedWeights, PackedCiphertexts, UserDeltas
 
 TEST_P = int("c1a7d0b46a5c831037a2263b5c887c8c88072622cd76d233c70d8cc6d1d1d60fc77015fcf9bc8ab2d5a6552858cad56d5ab45294"
              "ce5c1c010881098ce48a9b83", 16)

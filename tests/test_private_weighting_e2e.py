@@ -10,7 +10,7 @@ from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
 from mechanisms.uldp.mechanism import Uldp
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.silo import PerUserSilo
-from protocols.private_weighting_layout import precision_bound
+from protocols.private_weighting.layout import precision_bound
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.models import build_model

@@ -1,4 +1,4 @@
-"""The silo's table look-ups of the private weighting protocol (protocols/private_weighting_tables.py): every table
+"""The silo's table look-ups of the private weighting protocol (protocols/private_weighting/tables.py): every table
 plan packs exactly sum_k 2^(L k) sum_u w_u e_{u,cK+k} (decrypted with the key), and the planner's choices."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from gmpy2 import mpz
 
 from protocols.crypto_random import seeded_for_tests
 from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting_layout import SlotLayout
-from protocols.private_weighting_tables import TablePlan, WeightPowers, horner_squarings, plan_tables
+from protocols.private_weighting.layout import SlotLayout
+from protocols.private_weighting.tables import TablePlan, WeightPowers, horner_squarings, plan_tables
 from tests.test_private_weighting import TEST_P, TEST_Q
 
 LAYOUT = SlotLayout(slot_bits=48, slots=7)  # 336 bits of a 1,024-bit test key

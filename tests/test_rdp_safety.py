@@ -73,6 +73,7 @@ def test_group_k_never_below_the_exact_epsilon(group_k: int) -> None:
                 assert math.isfinite(value) and value >= 0.0 and value == again
                 alpha = beta * 2**c
                 assert float(alpha).is_integer() and beta >= 2.0
+                assert (betas * 2**c >= 2 ** (c + 1)).all()  # Mironov's Prop. 2 holds at every order used
                 with mpmath.workdps(30):
                     rho = 3**c * steps * step_rdp(q, sigma, alpha)
                 reference = balle_epsilon(rho, beta, DELTA)
@@ -159,9 +160,11 @@ def _dp_sgd_epsilon() -> float:
     return accountant.epsilon(DELTA)
 
 
-def _negative_at_order_5(rates, sigma, orders):
+def _negative_at_some_orders(rates, sigma, orders):
+    """A broken evaluation: negative at integer orders 5 and 8 (ULDP GROUP-4's record-level alpha = 2 x 4) and at
+    the fractional order 2.5 (reached by rPDP-FL's fast path only through its fractional rows)."""
     curve = poisson_gaussian_rdp(rates, sigma, orders)
-    curve[np.asarray(orders) == 5.0] = -0.1
+    curve[np.isin(np.asarray(orders), (2.5, 5.0, 8.0))] = -0.1
     return curve
 
 
@@ -177,13 +180,33 @@ def _negative_at_order_5(rates, sigma, orders):
             ),
         ),
         (
+            mechanisms.uldp.accountant,
+            lambda: uldp_epsilon(
+                variant="group", group_k=4, noise_multiplier=0.5, sampling_rate=0.5, local_steps=1, rounds=1000, delta=DELTA
+            ),
+        ),
+        (
             mechanisms.rpdp.accountant,
-            lambda: rpdp_epsilon(0.1, noise_multiplier=2.0, rounds=10, local_steps=1, client_rate=1.0, delta=DELTA),
+            lambda: rpdp_epsilon(0.5, noise_multiplier=0.5, rounds=100, local_steps=1, client_rate=1.0, delta=DELTA),
         ),
     ],
-    ids=["dp_sgd", "uldp_user_level", "uldp_group", "rpdp"],
+    ids=["dp_sgd", "uldp_user_level", "uldp_group_1", "uldp_group_4", "rpdp"],
 )
 def test_every_accountant_fails_closed(monkeypatch, module, compute) -> None:
-    monkeypatch.setattr(module, "poisson_gaussian_rdp", _negative_at_order_5)
+    monkeypatch.setattr(module, "poisson_gaussian_rdp", _negative_at_some_orders)
     with pytest.raises(RdpError):
         compute()
+
+
+@pytest.mark.parametrize(("q", "sigma"), [(1e-11, 50.0), (1e-8, 1000.0), (1e-9, 0.3)])
+def test_tiny_rates_give_an_epsilon_not_an_error(q, sigma) -> None:
+    """Rounding of RDP values near 1e-26 must not read as an impossible curve."""
+    accountant = RdpAccountant(delta=DELTA)
+    accountant.record(0, PoissonGaussianEvent(sampling_rate=q, noise_multiplier=sigma, steps=1))
+    assert 0.0 <= accountant.epsilon(DELTA) < math.inf
+
+
+@pytest.mark.parametrize(("rates", "sigma"), [([0.1], 0.0), ([0.1], float("nan")), ([1.5], 1.0), ([float("nan")], 1.0)])
+def test_the_evaluation_refuses_impossible_inputs(rates, sigma) -> None:
+    with pytest.raises(ValueError):
+        poisson_gaussian_rdp(np.array(rates), sigma, np.array([2.5]))

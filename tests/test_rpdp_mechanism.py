@@ -15,7 +15,7 @@ from simulator.cli import main
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from simulator.sweep import rebuild_accountant
+from simulator.experiments.sweep import rebuild_accountant
 from tests.conftest import REPO, small_scenario
 from tests.rpdp_reference import lemma6_epsilon
 

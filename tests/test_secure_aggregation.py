@@ -1,4 +1,4 @@
-"""Tests of pairwise-masking secure aggregation (protocols/secure_aggregation.py) and plain summation."""
+"""Tests of pairwise-masking secure aggregation (protocols/secure_aggregation/) and plain summation."""
 from __future__ import annotations
 
 import hashlib

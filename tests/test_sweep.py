@@ -13,8 +13,8 @@ import yaml
 from simulator.cli import EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.errors import ScenarioError
-from simulator.rpdp_plots import budget_vs_spent_figure
-from simulator.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
+from simulator.experiments.rpdp_plots import budget_vs_spent_figure
+from simulator.experiments.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
 from tests.conftest import REPO, small_scenario
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png",

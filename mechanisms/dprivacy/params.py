@@ -17,13 +17,18 @@ class Calibration(str, enum.Enum):
 
 
 class DPrivacyParams(MechanismParams):
-    """``mechanism: {name: dprivacy, hypotheses: k, nu, calibration, radius, local_epochs}``; see the README."""
+    """``mechanism: {name: dprivacy, hypotheses: k, nu, calibration, radius, local_epochs}``; see the d-privacy page of the documentation."""
 
     hypotheses: int = Field(default=1, ge=1)
+    """Number k of model hypotheses (1 to `data.silos`), each from its own seeded initialisation."""
     nu: float = Field(default=5.0, allow_inf_nan=False)
+    """Noise multiplier nu > 0, or exactly 0 for the no-noise baseline."""
     calibration: Calibration = Calibration.CLIPPED
+    """`clipped` (update clipped to the public `radius` R, eps = n / (nu R): a guarantee) or `paper` (eps = n / (nu ||delta||), the paper's, which leaks ||delta||; no `radius`)."""
     radius: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    """`clipped` (required there): public clip radius R of the update theta_c - theta_j."""
     local_epochs: int | None = Field(default=None, ge=1)
+    """E local epochs per round (shuffled passes in batches of `federation.batch_size`) instead of `federation.local_steps` steps; with an `attack` block only on silos of one batch (`data.max_records_per_silo` = `federation.batch_size`)."""
 
     @field_validator("calibration", mode="before")
     @classmethod

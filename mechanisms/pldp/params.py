@@ -13,7 +13,7 @@ NO_NAMES: dict[str, tuple[float, ...]] = {}
 
 
 class PldpParams(MechanismParams):
-    """``mechanism: {name: pldp, ...}``; see the README's PLDP-FL section.
+    """``mechanism: {name: pldp, ...}``; see the PLDP-FL page of the documentation.
 
     ``ranges``: safe-range lengths L_i; ``centers``: centres c_i; ``budgets``: eps_i (per coordinate with
     ``coordinates: all``, per upload with ``coordinates: k``). Each is a paper setting's name (not for
@@ -21,10 +21,15 @@ class PldpParams(MechanismParams):
     """
 
     perturb: Literal["weights", "update"] = "weights"
+    """What each client perturbs with PDPM: `weights` (the local model, the paper) or `update` (the local model minus the global one)."""
     coordinates: Any = "all"
+    """`all` (every coordinate with the client's budget, the paper) or an integer k in [1, d] (k coordinates sampled per upload, each with budget / k, scaled by d / k; d = the model's parameter count)."""
     ranges: Any = "tau2"
+    """Safe-range lengths L_i: `tau1` (0.2, 0.4 in turn over the clients), `tau2` (0.2, 0.4, ..., 2.0 in turn), `tau3` (1.8, 2.0 in turn), one number for every client, or a list with one length > 0 per client."""
     budgets: Any = "eps2"
+    """Budgets eps_i: `eps1` (0.1, 0.2 in turn), `eps2` (0.1, 0.2, ..., 1.0 in turn), `eps3` (0.9, 1.0 in turn), one number > 0, or a list with one per client; per coordinate with `coordinates: all`, per upload with k."""
     centers: Any = 0.0
+    """Centres c_i of the safe ranges [c_i - L_i/2, c_i + L_i/2]: one number, or a list with one per client."""
 
     @field_validator("coordinates", mode="before")
     @classmethod

@@ -200,7 +200,7 @@ def epsilon_from_rdp(
     rdp = np.asarray(rdp, dtype=np.float64)
     check_rdp_curve(alphas, rdp)
     offset = _conversion_offset(alphas, delta, kind)
-    return np.min(rdp + offset.reshape((-1,) + (1,) * (rdp.ndim - 1)), axis=0)
+    return np.maximum(np.min(rdp + offset.reshape((-1,) + (1,) * (rdp.ndim - 1)), axis=0), 0.0)
 
 
 def _chord_lower_bound(alpha: float, knots: np.ndarray, curve: np.ndarray) -> np.ndarray:
@@ -269,6 +269,7 @@ def epsilon(
         if need.any():
             row = np.array([alpha])
             rdp = setting.compose(poisson_gaussian_rdp(rates[need], setting.sigma, row), row, None if k is None else k[need])
+            check_rdp_curve(row, rdp)
             best[need] = np.minimum(best[need], rdp[0] + shift)
     silent = rates == 0.0 if k is None else (rates == 0.0) | (k == 0)
-    return np.where(silent, 0.0, best).reshape(shape)
+    return np.where(silent, 0.0, np.maximum(best, 0.0)).reshape(shape)  # a negative bound only says epsilon 0

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mechanisms.rpdp.accountant import Adversary, Conversion, epsilon_from_rdp, rdp_curve
+from mechanisms.rpdp.accountant import Adversary, epsilon_from_rdp, rdp_curve
 
 
 class RealisedCost:

@@ -56,15 +56,25 @@ class RpdpParams(MechanismParams):
     """YAML parameters of ``rpdp``."""
 
     variant: Variant = "rpdp"
+    """`rpdp`, or a baseline of the paper's Sec. 7.2 with the same budgets: `minimum` (one rate, set by the silo's smallest budget), `dropout` (one rate set by the silo's mean budget; records below the mean never train), `privacy_free` (FedAvg)."""
     noise_multiplier: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    """Noise multiplier sigma."""
     max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    """Per-record clipping norm C."""
     delta: float = Field(default=1e-3, gt=0.0, lt=1.0)
+    """Delta of the reported (epsilon, delta)."""
     budgets: dict[str, Any] = Field(default_factory=lambda: {"distribution": "three_levels"})
+    """Per-record budgets: `{distribution: three_levels}` (`levels` [0.1, 1.0, 5.0], `ratios` [0.7, 0.2, 0.1]), `bounded_pareto` (`shape` 1.0, `eps_min` 0.1, `eps_max` 10), `bounded_mix_gauss` (`means` [0.1, 1, 5], `stds` [0.01, 0.05, 0.5], `weights` [0.7, 0.2, 0.1], truncated to [`eps_min`, `eps_max`] = [0.1, 10]), or `column` (`path` to a CSV with a header, `column` name; row r = record r of the training set as `load_dataset(name, seed=seed)` orders it)."""
     estimator: Literal["exact", "scf", "bisect"] = "exact"
+    """How budgets become sampling rates: `exact` (never exceeds a budget), `scf` (the paper's curve fit; can overspend, kept to reproduce the paper), `bisect` (per-record binary search; slow baseline)."""
     adversary: Literal["third_party", "server"] = "third_party"
+    """Whose view the rates are planned for: `third_party` (Lemma 6, T rounds) or `server` (the paper's expectation lambda T rho_tau)."""
     conversion: Literal["opacus", "seed"] = "opacus"
+    """RDP-to-DP conversion: `opacus` (Balle et al. 2020, tighter) or `seed` (rho + log(1/delta)/(a-1), the paper's)."""
     infeasible: Literal["exclude", "refuse"] = "exclude"
+    """Budgets below epsilon(q_min): `exclude` the records (counted in the report) or `refuse` to start (exit 2)."""
     normalization: Literal["public", "expected_batch"] = "public"
+    """Divisor of the noisy gradient sum: `public` (`federation.batch_size`, data-independent) or `expected_batch` (sum_j q_ij, the paper's)."""
 
     @field_validator("budgets")
     @classmethod

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp, poisson_gaussian_rdp
+from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, epsilon_from_rdp, poisson_gaussian_rdp
 from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
 
@@ -68,7 +68,7 @@ def group_rdp(
     DP-SGD ``schedules`` at the record-level orders, max over silos, times ``3^c`` (Mironov 2017, Prop. 2)."""
     c = group_exponent(group_k, rounding)
     betas, alphas = group_orders(c, rounding)
-    curves = [np.zeros_like(alphas)]
+    curves = []
     for schedule in schedules:
         curve = np.zeros_like(alphas)
         for rate, sigma, steps in schedule:
@@ -80,8 +80,9 @@ def group_rdp(
             if sigma == 0.0:
                 return betas, np.full(betas.shape, np.inf)
             curve = curve + int(steps) * poisson_gaussian_rdp(np.array([float(rate)]), float(sigma), alphas)[:, 0]
+        check_rdp_curve(alphas, curve)  # each silo's own curve: a maximum over silos could hide a broken one
         curves.append(curve)
-    return betas, 3.0**c * np.max(curves, axis=0)
+    return betas, 3.0**c * np.max(curves, axis=0) if curves else np.zeros_like(betas)
 
 
 def _to_dp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:

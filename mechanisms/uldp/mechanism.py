@@ -20,7 +20,7 @@ For ``naive``, an unsampled user's records are left out of the round's local tra
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class Uldp(Mechanism):
         """``weighting: private``: the private weighting protocol (Paillier), given this silo's own counts only."""
         if self.params.weighting != "private":
             return None
-        from protocols.private_weighting_silo import PwpSilo
+        from protocols.private_weighting.silo import PwpSilo
 
         histogram = np.asarray(context.user_histogram)
         length = sum(p.numel() for p in context.model.parameters())
@@ -96,7 +96,7 @@ class Uldp(Mechanism):
     ) -> ServerProtocol | None:
         if self.params.weighting != "private":
             return None
-        from protocols.private_weighting_server import PwpServer
+        from protocols.private_weighting.server import PwpServer
 
         if num_users is None:
             raise ValueError("uldp needs data.users")
@@ -142,12 +142,3 @@ class Uldp(Mechanism):
         from mechanisms.uldp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
 
         return plot_sweep
-
-
-def plan_mask(plan: Any, num_users: int) -> np.ndarray:
-    """The sampled-users mask of a round plan (all users when there is no plan)."""
-    if plan is None:
-        return np.ones(num_users, dtype=bool)
-    if not isinstance(plan, UserSample) or plan.sampled.shape != (num_users,):
-        raise TypeError(f"uldp expects a UserSample over {num_users} users, got {plan!r}")
-    return plan.sampled

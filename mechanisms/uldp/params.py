@@ -9,20 +9,32 @@ from mechanisms.base import MechanismParams
 
 
 class UldpParams(MechanismParams):
-    """``mechanism: {name: uldp, ...}``; see the README's ULDP-FL section."""
+    """``mechanism: {name: uldp, ...}``; see the ULDP-FL page of the documentation."""
 
     variant: Literal["naive", "group", "avg", "avg_w", "sgd"] = "avg_w"
+    """`naive`, `group`, `avg`, `avg_w` or `sgd` (see ULDP-FL)."""
     noise_multiplier: float = Field(default=5.0, ge=0.0, allow_inf_nan=False)
+    """User-level noise multiplier sigma."""
     max_grad_norm: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    """User-level clipping norm C."""
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    """Delta of the reported user-level (epsilon, delta)."""
     user_rate: float = Field(default=1.0, gt=0.0, le=1.0)
+    """User-level Poisson sub-sampling rate q (must be 1 for `group`)."""
     global_lr: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-    group_k: int | str | None = None  # group: a public integer; 'max'/'median' come from the data (paper only)
+    """Global learning rate eta_g."""
+    group_k: int | str | None = None
+    """`group` (required there): records kept per user across silos, a public integer >= 1; `max` or `median` of records per user reproduce the paper and are reported without an epsilon."""
     naive_noise: Literal["safe", "paper"] = "safe"
+    """`naive`: `safe` (sigma 2C sqrt|S| per silo, the true sensitivity) or `paper` (sigma C sqrt|S|, accounted at sigma / 2)."""
     group_rounding: Literal["up", "paper"] = "up"
-    weighting: Literal["plain", "private"] = "plain"  # avg_w: weights in the clear, or the private weighting protocol
-    paillier_key_bits: int = Field(default=3072, ge=2048)  # private weighting: the server's Paillier modulus
-    max_records_per_user: int = Field(default=2000, ge=1)  # private weighting: the public bound N_max on any N_u
+    """`group`: `up` (next power of two, a guarantee) or `paper` (the paper's code, not a guarantee)."""
+    weighting: Literal["plain", "private"] = "plain"
+    """`avg_w`: how the weights n_{s,u}/N_u are computed: `plain` (in the clear, trusted mode) or `private` (the Private Weighting Protocol); `private` with another variant is refused."""
+    paillier_key_bits: int = Field(default=3072, ge=2048)
+    """`weighting: private`: the server's Paillier modulus in bits."""
+    max_records_per_user: int = Field(default=2000, ge=1)
+    """`weighting: private`: the public bound N_max on any user's records across silos; lcm(1..N_max) must fit the key (at most 1,320 for 2,048 bits, 2,038 for 3,072); a run whose data has a user above it stops (exit 2)."""
 
     @field_validator("group_k")
     @classmethod
@@ -57,7 +69,7 @@ class UldpParams(MechanismParams):
                 "hide: use variant avg_w, or weighting plain"
             )
         if self.weighting == "private":
-            from protocols.private_weighting_layout import HeadroomError, check_conversion
+            from protocols.private_weighting.layout import HeadroomError, check_conversion
 
             try:
                 check_conversion(key_bits=self.paillier_key_bits, max_records_per_user=self.max_records_per_user)

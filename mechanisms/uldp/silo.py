@@ -23,11 +23,10 @@ from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.fedavg import local_sgd
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
 from mechanisms.uldp.variants import Variant, naive_noise_factor, naive_noise_multiplier
-from mechanisms.uldp.mechanism import plan_mask
 from mechanisms.uldp.params import UldpParams
 from mechanisms.uldp.training import clip_rows, train_users
-from mechanisms.uldp.weights import resolve_group_k, round_robin_quota, user_weights
-from protocols.private_weighting_messages import UserDeltas
+from mechanisms.uldp.weights import plan_mask, resolve_group_k, round_robin_quota, user_weights
+from protocols.private_weighting.messages import UserDeltas
 
 
 class _UldpSilo(SiloMechanism):

@@ -29,6 +29,15 @@ def sample_users(num_users: int, *, user_rate: float, rng: np.random.Generator) 
     return UserSample(sampled=rng.random(num_users) < user_rate)
 
 
+def plan_mask(plan: object, num_users: int) -> np.ndarray:
+    """The sampled-users mask of a round plan (all users when there is no plan)."""
+    if plan is None:
+        return np.ones(num_users, dtype=bool)
+    if not isinstance(plan, UserSample) or plan.sampled.shape != (num_users,):
+        raise TypeError(f"uldp expects a UserSample over {num_users} users, got {plan!r}")
+    return plan.sampled
+
+
 def user_weights(histogram: np.ndarray, *, silo: int, proportional: bool) -> np.ndarray:
     """``w_{s,u}`` for every user ``u`` of silo ``silo``: ``1/|S|`` (ULDP-AVG, Algorithm 3) or, with
     ``proportional``, ``n_{s,u} / N_u`` (ULDP-AVG-w, Eq. 3). Users without records in the silo get 0. For every

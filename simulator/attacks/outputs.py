@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simulator.attacks.metrics import to_pixels  # noqa: E402
-from simulator.attacks.runner import AttackReport  # noqa: E402
+from simulator.attacks.report import AttackReport  # noqa: E402
 from simulator.data import DATASETS  # noqa: E402
 from simulator.reports import atomic_directory  # noqa: E402
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import os
 import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.data.types import Dataset, default_data_dir, missing_data_error
 from simulator.errors import DataUnavailableError
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -23,30 +23,6 @@ MNIST_CACHE_FILE = "mnist.npz"
 LFW_FILE = "lfw_subset.npy"
 LFW_FACES = 100  # the file's first 100 images are faces, the other 100 are not
 TEST_FRACTION = 0.2
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """A labelled train/test split.
-
-    ``natural_partition`` holds, for datasets collected by several institutions, the indices into ``x_train``
-    of each institution's records (one array per natural silo); it is ``None`` otherwise. Datasets drawn from
-    several distributions (rotated images, Galli et al.'s two linear models) give the true group of every
-    training and test record in ``train_groups`` / ``test_groups`` (indices into ``group_names``).
-    """
-
-    name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-    feature_shape: tuple[int, ...]
-    kind: str
-    natural_partition: tuple[np.ndarray, ...] | None = None
-    train_groups: np.ndarray | None = None
-    test_groups: np.ndarray | None = None
-    group_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,22 +74,6 @@ DATASETS: dict[str, DatasetInfo] = {
                     False, (2,), records_per_silo=10, num_classes=1),
     )
 }
-
-
-def default_data_dir() -> pathlib.Path:
-    """Where fetched datasets are cached: ``$PRIVSILO_DATA_DIR`` or ``~/.cache/privsilo``."""
-    configured = os.environ.get("PRIVSILO_DATA_DIR")
-    return pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "privsilo"
-
-
-def missing_data_error(*, name: str, directory: pathlib.Path, missing: str) -> DataUnavailableError:
-    """The error for a fetchable dataset whose files are absent: the directory, the fetch command and data.path."""
-    default = default_data_dir() / name
-    command = f"privsilo data fetch {name}" + ("" if directory == default else f" --dir {directory}")
-    return DataUnavailableError(
-        f"dataset {name!r}: {missing} not found in {directory}; run `{command}` (with `--from DIR` to copy the "
-        "files from a local directory) or set data.path to a directory that holds them"
-    )
 
 
 def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: int | None = None) -> Dataset:

@@ -1,2 +1,3 @@
 """Personalised federations (several hypotheses, each client using the one that fits it, as in IFCA): the
-experimenter's per-client evaluation, its run outputs and a grid runner with its table and plots."""
+experimenter's per-client evaluation and its run outputs. Grids of such runs are in
+:mod:`simulator.experiments.dprivacy_grid`."""

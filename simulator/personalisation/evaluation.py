@@ -27,7 +27,7 @@ from simulator.messages import RoundReport
 from simulator.models import build_model
 
 if TYPE_CHECKING:
-    from simulator.engine import Federation
+    from simulator.scenario import Scenario
 
 BATCH = 4096
 
@@ -43,12 +43,11 @@ class Evaluation:
     hypothesis_accuracy: np.ndarray  # (k, G)
 
 
-def personalised_evaluator(federation: Federation) -> PersonalisedEvaluator | None:
+def personalised_evaluator(scenario: Scenario, dataset: Dataset, parts: Sequence[np.ndarray]) -> PersonalisedEvaluator | None:
     """The evaluator of a run whose mechanism is personalised, else None."""
-    scenario = federation.scenario
     if not mechanism_class(scenario.mechanism.name).personalised:
         return None
-    return PersonalisedEvaluator(dataset=federation.dataset, parts=federation.parts, model_name=scenario.model.name)
+    return PersonalisedEvaluator(dataset=dataset, parts=parts, model_name=scenario.model.name)
 
 
 class PersonalisedEvaluator:

@@ -14,7 +14,7 @@ from gmpy2 import mpz
 from protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index
 from protocols.crypto_random import CryptoRandom
 from protocols.paillier import PaillierPublicKey, batch_invert
-from protocols.private_weighting import (
+from protocols.private_weighting.protocol import (
     TABLE_BUDGET,
     PwpConfig,
     PwpStage,
@@ -26,9 +26,9 @@ from protocols.private_weighting import (
     seed_aead,
     seed_context,
 )
-from protocols.private_weighting_layout import KAPPA, WEIGHT_FRACTIONAL_BITS
-from protocols.private_weighting_tables import TablePlan, WeightPowers, plan_tables
-from protocols.private_weighting_messages import (
+from protocols.private_weighting.layout import KAPPA, WEIGHT_FRACTIONAL_BITS
+from protocols.private_weighting.tables import TablePlan, WeightPowers, plan_tables
+from protocols.private_weighting.messages import (
     BlindedCounts,
     ConvertedWeights,
     EncryptedInverses,

@@ -1,6 +1,6 @@
 """Grids of personalised runs, e.g. dprivacy's nu x k sweep, kept run by run.
 
-``python -m simulator.personalisation.grid GRID.yaml [--out DIR] [--seeds N|S1,S2] [--set K=V] [--only AXIS=L1,L2]``
+``python -m simulator.experiments.dprivacy_grid GRID.yaml [--out DIR] [--seeds N|S1,S2] [--set K=V] [--only AXIS=L1,L2]``
 reads the grid format of ``privsilo sweep`` (base scenario, seeds, axes), runs every combination x seed in one
 Ray session and keeps each run's full output directory in ``DIR/runs/<labels>-s<seed>`` (so the per-client
 figures stay available); a run whose directory already holds the same resolved scenario is not run again, so an
@@ -16,28 +16,16 @@ import csv
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from simulator.errors import PrivsiloError
+from simulator.experiments.results import GridRun
 
 TABLE_COLUMNS = ("seeds", "accuracy_mean", "accuracy_std", "loss_mean", "cluster_recovery_mean",
                  "leakage_per_participation", "leakage_max_mean", "leakage_median_mean")
-
-
-@dataclass(frozen=True)
-class GridRun:
-    """One finished run of the grid: its axis labels, seed and output directory."""
-
-    labels: dict[str, str]
-    seed: int
-    directory: Path
-
-    def summary(self) -> dict[str, Any]:
-        return json.loads((self.directory / "summary.json").read_text())
 
 
 def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds: int | Sequence[int] | None = None,
@@ -49,7 +37,7 @@ def run_grid(grid_path: str | Path, *, out_dir: str | Path | None = None, seeds:
 
     from simulator.cluster import ActorDemand, Capacity, ray_session
     from simulator.engine import resources_needed, run
-    from simulator.sweep import load_grid
+    from simulator.experiments.sweep import load_grid
 
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides, only=only)
     out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
@@ -116,7 +104,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def write_report(runs: Sequence[GridRun], *, axes: Sequence[str], out_dir: Path, title: str) -> None:
     """``table.csv``, ``table.md`` and the three plots into ``out_dir``."""
-    from simulator.personalisation.grid_plots import plot_accuracy_vs_nu, plot_hypotheses_per_round, plot_leakage_per_nu
+    from simulator.experiments.dprivacy_grid_plots import plot_accuracy_vs_nu, plot_hypotheses_per_round, plot_leakage_per_nu
 
     rows = table_rows(runs, axes=axes)
     with (out_dir / "table.csv").open("w", newline="") as handle:
@@ -155,7 +143,7 @@ def _fmt(value: float | None, *, digits: int = 3, general: bool = False) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulator.personalisation.grid", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m simulator.experiments.dprivacy_grid", description=__doc__.split("\n\n")[0])
     parser.add_argument("grid", type=Path)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--seeds", default=None, metavar="N|S1,S2,...")

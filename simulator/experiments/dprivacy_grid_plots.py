@@ -1,4 +1,4 @@
-"""Plots of a personalised grid (see ``simulator.personalisation.grid``)."""
+"""Plots of a personalised grid (see ``simulator.experiments.dprivacy_grid``)."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from simulator.personalisation.grid import GridRun
+    from simulator.experiments.results import GridRun
 
 
 def plot_accuracy_vs_nu(rows: Sequence[dict[str, Any]], *, title: str, path: Path) -> None:

@@ -18,7 +18,7 @@ Every combination is validated before the first run, all runs share one Ray sess
 and epsilon) is written atomically. When the scenarios carry an ``attack`` block, every run is also
 attacked (:func:`simulator.attacks.runner.attack` on the same scenario) and the tables get the attack's PSNR,
 SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
-(:mod:`simulator.sweep_journal`), so an interrupted sweep resumes when run again.
+(:mod:`simulator.experiments.journal`), so an interrupted sweep resumes when run again.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ from mechanisms.registry import mechanism_class
 from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
-from simulator.sweep_journal import SweepJournal, scenario_key
+from simulator.experiments.journal import SweepJournal, scenario_key
+from simulator.experiments.results import SweepRun
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
@@ -76,24 +77,6 @@ class Grid:
         except ScenarioError as exc:
             shown = ", ".join(f"{key}={label}" for key, label in labels.items())
             raise ScenarioError(exc.field, exc.value, f"{exc.allowed} (grid combination {shown})") from None
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One run of the sweep: its axis labels, seed and headline results."""
-
-    labels: dict[str, str]
-    seed: int
-    accuracy: float
-    loss: float
-    epsilon: float | None
-    max_spent_over_budget: float | None
-    seconds: float
-    accuracy_per_round: tuple[float, ...] = ()  # for the mechanism's own plots (journaled, not in runs.csv)
-    epsilon_per_round: tuple[float | None, ...] = ()
-    attack_psnr: float | None = None  # with an attack block: mean over its (silo, seed) attacks
-    attack_ssim: float | None = None
-    attack_success_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -261,7 +244,7 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
     base mechanism's ``sweep_plotter`` draws.
     """
     from simulator.reports import atomic_directory
-    from simulator.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
+    from simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
 
     grid, axes = swept.grid, list(swept.grid.axes)
     with atomic_directory(swept.out_dir) as staging:
@@ -340,7 +323,7 @@ def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Map
     """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``; with per-round accuracies
     (a sweep's own runs, not merged ones) also ``curves.csv`` and ``accuracy_per_round.png``, and for an attacked
     sweep ``attack_vs_accuracy.png``."""
-    from simulator.sweep_plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
+    from simulator.experiments.plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
 
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
     write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")

@@ -13,9 +13,9 @@ from protocols.base import ProtocolStateError, ServerProtocol, check_participant
 from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import EncodingOverflowError
 from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting import PwpConfig, PwpStage, expect_stage, next_stage
-from protocols.private_weighting_layout import KAPPA
-from protocols.private_weighting_messages import (
+from protocols.private_weighting.protocol import PwpConfig, PwpStage, expect_stage, next_stage
+from protocols.private_weighting.layout import KAPPA
+from protocols.private_weighting.messages import (
     BlindedCounts,
     ConvertedWeights,
     EncryptedInverses,

@@ -22,7 +22,7 @@ Set-up (stages ``PwpStage``, relayed by the server):
    ``w = n_{s,u} / N_u``, so ``sum_s w_hat <= 2^F``: a user's weights still sum to at most 1.
 5. ``BUILD_TABLES``: each silo builds fixed-base window tables of its users' ``Enc(w_hat)`` (and, where they pay
    for themselves over the run's rounds, of ``Enc(w_hat)^(2^(L k))`` for the slots k: see
-   :mod:`protocols.private_weighting_tables`).
+   :mod:`protocols.private_weighting.tables`).
 
 Each round (``PwpSilo.protect`` / ``PwpServer.combine``): a silo encodes its users' clipped deltas by
 truncation (``e = trunc(Delta 2^f)``, so a clipped delta stays clipped) and computes, for ``K`` parameters per
@@ -51,8 +51,8 @@ Where the paper's protocol leaks, and what is done instead:
 Threat model: honest-but-curious server and silos, no dropouts. A silo colluding with the server learns every
 ``N_u`` (it knows ``r_u``, the server ``r_u N_u``), as the paper states. The server learns which users have no
 record anywhere (``N_u = 0``); the silos learn the round's user sample (privsilo's plan, as in plain mode).
-Sizes, headroom and the precision bound: :mod:`protocols.private_weighting_layout`; the parties:
-:mod:`protocols.private_weighting_silo` (``PwpSilo``) and :mod:`protocols.private_weighting_server` (``PwpServer``).
+Sizes, headroom and the precision bound: :mod:`protocols.private_weighting.layout`; the parties:
+:mod:`protocols.private_weighting.silo` (``PwpSilo``) and :mod:`protocols.private_weighting.server` (``PwpServer``).
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ from protocols.base import ProtocolStateError
 from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import FixedPointCodec
 from protocols.paillier import check_key_bits
-from protocols.private_weighting_layout import KAPPA, VALUE_BITS, WEIGHT_FRACTIONAL_BITS, SlotLayout, check_headroom, lcm_up_to
+from protocols.private_weighting.layout import KAPPA, VALUE_BITS, WEIGHT_FRACTIONAL_BITS, SlotLayout, check_headroom, lcm_up_to
 from protocols.secure_aggregation import mask_stream
 
 TABLE_BUDGET = 1 << 19

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from simulator.errors import PrivsiloError
-from simulator.sweep import SweepRun, read_runs_csv, summarise, write_tables
+from simulator.experiments.sweep import SweepRun, read_runs_csv, summarise, write_tables
 
 COPIED_PLOTS = ("epsilon_curve.png", "budget_vs_spent.png")
 

@@ -28,7 +28,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from protocols.paillier import WindowTable, batch_invert
-from protocols.private_weighting_layout import SlotLayout
+from protocols.private_weighting.layout import SlotLayout
 
 INVERSION_COST = 4
 """Multiplications per group for the signs: Montgomery's batch inversion (3) and the product with the inverse (1)."""

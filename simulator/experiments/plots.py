@@ -13,7 +13,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
-    from simulator.sweep import SweepRun
+    from simulator.experiments.results import SweepRun
 
 
 def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:

@@ -1,0 +1,51 @@
+"""What a run produced (:class:`RunResult`, one :class:`RoundRecord` per round): built by the engine, written by
+:mod:`simulator.reports` and :mod:`simulator.personalisation.outputs`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from simulator.messages import RoundReport, SiloInfo
+from simulator.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One row of ``metrics.csv``: the server's round report, the privacy spent so far and the driver's timings.
+
+    ``training_seconds``: the driver waiting for the round on the actors (sampling, broadcast, local training,
+    aggregation, test evaluation, Ray's overhead); ``accounting_seconds``: recording the round's privacy events
+    and computing epsilon.
+    """
+
+    report: RoundReport
+    epsilon: float | None
+    training_seconds: float
+    accounting_seconds: float
+
+    @property
+    def wall_seconds(self) -> float:
+        """The round as the progress bar sees it: training plus accounting."""
+        return self.training_seconds + self.accounting_seconds
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run produced; ``privsilo run`` writes it to disk."""
+
+    scenario: Scenario
+    rounds: tuple[RoundRecord, ...]
+    privacy: Mapping[str, Any]
+    timing: Mapping[str, float]
+    placement: tuple[SiloInfo, ...]
+    model_state: Mapping[str, torch.Tensor]
+    users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
+    packing: tuple[tuple[int, ...], ...] = ()  # silo ids hosted by each worker actor
+    personalisation: Mapping[str, Any] | None = None  # per-client evaluation of personalised mechanisms, else None
+
+    @property
+    def final(self) -> dict[str, Any]:
+        last = self.rounds[-1].report
+        return {"rounds": len(self.rounds), "accuracy": last.accuracy, "loss": last.loss}
