@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from torch import nn
 
-    from simulator.scenario import ModelConfig
-
 MODELS = ("logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet", "mlp_128")
 MLP_HIDDEN = 200
 MLP_128_HIDDEN = 128
@@ -143,8 +141,9 @@ def build_model(
     return _dlg_lenet(feature_shape=feature_shape, num_classes=num_classes)
 
 
-def build_scenario_model(model: ModelConfig, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """:func:`build_model` for a scenario's ``model`` block (with the factory object ``privsilo.run`` attached)."""
+def build_scenario_model(model: Any, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """:func:`build_model` for a scenario's ``model`` block (``ModelConfig``: ``name``, ``kwargs`` and the factory
+    object ``privsilo.run`` attaches)."""
     return build_model(model.name, feature_shape=feature_shape, num_classes=num_classes, kwargs=model.kwargs, factory=model.factory)
 
 
