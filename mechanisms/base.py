@@ -52,6 +52,10 @@ class MechanismParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
+    def clips_record_gradients(self) -> bool:
+        """True where silos clip each record's gradient (DP-SGD): the model must allow per-record gradients."""
+        return False
+
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
         return False

@@ -58,6 +58,9 @@ class DpSgdParams(MechanismParams):
     sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     """Poisson rate q of every silo's local steps, public and the same for all silos; the noisy sum is divided by `federation.batch_size` (set it near q times a typical silo's records), so no step depends on a record count. `null`: q = batch_size / records (Abadi et al.; treats record counts as public)."""
 
+    def clips_record_gradients(self) -> bool:
+        return True
+
     def rate(self, *, batch_size: int, num_records: int) -> float:
         """Poisson rate q of a local step: ``sampling_rate`` if set, else ``min(1, batch_size / n)``."""
         if self.sampling_rate is not None:

@@ -21,7 +21,7 @@ from protocols.base import ServerProtocol
 from protocols.plain import PlainSumServer
 from protocols.secure_aggregation import SecAggServer
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
-from simulator.models import build_model
+from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
 from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
@@ -197,7 +197,7 @@ class ServerActor:
         # secure mode: the round plan (ULDP's user sample) must not follow from the seed; client sampling stays seeded
         self.plan_rng = os_entropy_generator() if scenario.secure_rng else self.rng
         self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
-        self.model = build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes)
+        self.model = build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes)
         self.test_features = torch.tensor(test_features)
         self.test_labels = torch.tensor(test_labels)
         num_users = None if scenario.data.users is None else scenario.data.users.count

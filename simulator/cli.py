@@ -140,7 +140,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from simulator.data import load_dataset
+    from simulator.data.sources import scenario_dataset
     from simulator.scenario import load_scenario_file, resolve_scenario
 
     if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
@@ -148,13 +148,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
-        for name in dict.fromkeys((s.data.dataset, s.data.path, s.data.silos) for s in scenarios):
-            load_dataset(name[0], path=name[1], seed=0, silos=name[2])
+        for data in {(s.data.dataset, s.data.path, s.data.silos): s.data for s in scenarios}.values():
+            scenario_dataset(data, seed=0)
         combinations = len(scenarios) // len(grid.seeds)
         print(f"{args.scenario}: valid grid ({count(len(scenarios), 'run')}: {count(combinations, 'combination')} x {count(len(grid.seeds), 'seed')})")
         return 0
     scenario = resolve_scenario(args.scenario, args.overrides)
-    load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed, silos=scenario.data.silos)
+    scenario_dataset(scenario.data, seed=scenario.seed)
     print(f"{args.scenario}: valid ({scenario.mechanism.name} on {scenario.data.dataset}, {scenario.data.silos} silos, {scenario.federation.rounds} rounds)")
     return 0
 
@@ -164,12 +164,17 @@ def _cmd_list(_: argparse.Namespace) -> int:
     from simulator.data import DATASETS
     from simulator.data.partition import PARTITIONS
     from simulator.models import MODELS
+    from simulator.user_code import GROUPS, registered
 
     print("mechanisms: " + ", ".join(MECHANISM_NAMES))
     print("datasets:")
     for name, info in sorted(DATASETS.items()):
         print(f"  {name:15s} {info.description}")
+    for name, entry in sorted(registered("dataset").items()):
+        print(f"  {name:15s} {entry.value} (registered under {GROUPS['dataset']})")
     print("models: " + ", ".join(MODELS))
+    for name, entry in sorted(registered("model").items()):
+        print(f"  {name:15s} {entry.value} (registered under {GROUPS['model']})")
     print("partitions: " + ", ".join(PARTITIONS))
     print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true)")
     print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")

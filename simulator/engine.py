@@ -23,13 +23,14 @@ from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
 from simulator.actors import ServerActor, SiloWorker
 from simulator.cluster import ActorDemand, Capacity, ray_session, worker_count
-from simulator.data import Dataset, load_dataset
+from simulator.data import Dataset
+from simulator.data.sources import scenario_dataset
 from simulator.data.partition import partition_indices
 from simulator.data.rotations import rotate_silos
 from simulator.data.users import UserAllocation, allocate_users, users_generator
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
-from simulator.models import build_model
+from simulator.models import build_scenario_model
 from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.results import RoundRecord, RunResult
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
@@ -75,7 +76,7 @@ def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.
     count = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        models = [build_model(scenario.model.name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
+        models = [build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
     return tuple(model_to_vector(model) for model in models)
 
 
@@ -175,7 +176,7 @@ class Federation:
 
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
-        self.dataset = load_dataset(scenario.data.dataset, path=scenario.data.path, seed=scenario.seed, silos=scenario.data.silos)
+        self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
         seeds = _seeds(scenario.seed, scenario.data.silos)
         parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
         if scenario.data.rotations is not None:

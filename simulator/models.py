@@ -17,14 +17,19 @@
   convolutions of 12 channels with strides 2, 2, 1, each followed by a Sigmoid, then one linear layer. As in
   DLG, every weight and bias starts uniform in [-0.5, 0.5], which is what makes gradient inversion work on it.
 
+A user's own model is a callable returning an ``nn.Module`` (``model.name: "package.module:factory"``, a name an
+installed package registers under ``privsilo.models``, or an object given to ``privsilo.run(model=...)``), called
+with ``model.kwargs`` and, if its signature asks for them, ``feature_shape`` and ``num_classes``
+(:mod:`simulator.user_code`).
+
 Every model's initial weights are a function of torch's global seed only (``torch.manual_seed``).
 torch is imported by the builders, not at the top: ``privsilo list`` and ``validate`` need only the names and
-:func:`model_supports`.
+:func:`model_supports` (a user's model is built to be checked, which loads torch).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from torch import nn
@@ -92,11 +97,20 @@ def _small_cnn_side(size: int) -> int:
     return (size - SMALL_CNN_KERNEL + 1) // 2
 
 
-def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def build_model(
+    name: str, *, feature_shape: tuple[int, ...], num_classes: int, kwargs: dict[str, Any] | None = None,
+    factory: Callable[..., Any] | None = None,
+) -> nn.Module:
     """A freshly initialised model mapping a batch shaped (batch, *feature_shape) to (batch, num_classes) logits.
 
-    Raises ValueError for an unknown name or a feature shape the model does not support.
+    ``name`` is a built-in model or a user's (``factory``, when given, is the user's callable itself). Raises
+    ValueError for an unknown name, a feature shape a built-in model does not support, or a user's factory that
+    fails or returns something other than an ``nn.Module`` (:class:`~simulator.user_code.UserCodeError`).
     """
+    if factory is not None or name not in MODELS:
+        return _user_model(name, factory=factory, kwargs=kwargs or {}, feature_shape=feature_shape, num_classes=num_classes)
+    if kwargs:
+        raise ValueError(f"built-in model {name!r} takes no kwargs, got {sorted(kwargs)}")
     from torch import nn
 
     if not model_supports(name, feature_shape):
@@ -125,6 +139,28 @@ def build_model(name: str, *, feature_shape: tuple[int, ...], num_classes: int) 
     if name == "small_cnn":
         return _small_cnn(feature_shape=feature_shape, num_classes=num_classes)
     return _dlg_lenet(feature_shape=feature_shape, num_classes=num_classes)
+
+
+def build_scenario_model(model: Any, *, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """:func:`build_model` for a scenario's ``model`` block (``ModelConfig``: ``name``, ``kwargs`` and the factory
+    object ``privsilo.run`` attaches)."""
+    return build_model(model.name, feature_shape=feature_shape, num_classes=num_classes, kwargs=model.kwargs, factory=model.factory)
+
+
+def _user_model(name: str, *, factory: Callable[..., Any] | None, kwargs: dict[str, Any], feature_shape: tuple[int, ...],
+                num_classes: int) -> nn.Module:
+    from torch import nn
+
+    from simulator.user_code import UserCodeError, call_with, resolve
+
+    function = factory if factory is not None else resolve("model", name)
+    try:
+        model = call_with(function, kwargs, feature_shape=tuple(feature_shape), num_classes=num_classes)
+    except Exception as exc:
+        raise UserCodeError(f"model {name!r} failed when built with kwargs {kwargs}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise UserCodeError(f"model {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
 
 
 def _mcmahan_cnn(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
@@ -44,7 +44,9 @@ class UsersConfig(_Block):
 
 class DataConfig(_Block):
     dataset: str = "digits"
-    """The dataset: `digits`, `breast_cancer`, `heart_disease`, `mnist`, `mnist_5k`, `fashion_mnist`, `lfw`, `synthetic_linear` (see Datasets)."""
+    """A built-in dataset (`digits`, `breast_cancer`, `heart_disease`, `mnist`, `mnist_5k`, `fashion_mnist`, `lfw`, `synthetic_linear`; see Datasets), a name an installed package registers under the entry-point group `privsilo.datasets`, or a loader of your own, `package.module:loader` (see Your own model and data)."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to your own dataset's loader (built-in datasets take none)."""
     partition: Literal["iid", "shards", "dirichlet", "natural"] = "iid"
     """`iid`; `shards` (McMahan et al. non-IID: sort by label, each silo gets `shards_per_silo` shards); `dirichlet` (per-class Dirichlet(`alpha`) proportions); `natural` (the dataset's own institutions; heart_disease only)."""
     silos: int = Field(5, ge=1, le=1000)
@@ -61,11 +63,40 @@ class DataConfig(_Block):
     """Rotated images (IFCA's clustered benchmark): distinct angles among 0, 90, 180, 270 (at most `data.silos`); silo i's images are rotated counter-clockwise by `rotations[i mod k]`, the silos of one angle form a true group, and the test set holds one rotated copy per angle (image datasets; not with `data.users`)."""
     max_records_per_silo: int | None = Field(None, ge=1)
     """Each silo keeps at most this many of its records (the first in the partition's seeded order), e.g. a silo holding exactly one batch in attack experiments; not with `data.users`."""
+    _source: Any = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Any:
+        """The dataset object or loader ``privsilo.run(dataset=...)`` attached (None for names and import strings)."""
+        return self._source
 
 
 class ModelConfig(_Block):
-    name: Literal["logistic_regression", "linear_regression", "mlp", "cnn", "small_cnn", "lenet", "mlp_128"] = "logistic_regression"
-    """`logistic_regression`; `linear_regression` (one bias-free linear output, for `synthetic_linear` only, which needs it); `mlp` (2 hidden layers of 200); `mlp_128` (1 hidden layer of 128); `cnn` (McMahan et al. 2017 2-layer CNN; images only); `small_cnn` (the 21,840-parameter CNN of the ULDP-FL and PLDP-FL papers; images of at least 14x14); `lenet` (the DLG LeNet; images only)."""
+    name: str = "logistic_regression"
+    """`logistic_regression`; `linear_regression` (one bias-free linear output, for `synthetic_linear` only, which needs it); `mlp` (2 hidden layers of 200); `mlp_128` (1 hidden layer of 128); `cnn` (McMahan et al. 2017 2-layer CNN; images only); `small_cnn` (the 21,840-parameter CNN of the ULDP-FL and PLDP-FL papers; images of at least 14x14); `lenet` (the DLG LeNet; images only); or a name an installed package registers under the entry-point group `privsilo.models`, or a factory of your own, `package.module:factory` returning a `torch.nn.Module` (see Your own model and data)."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to your own model's factory (built-in models take none)."""
+    _factory: Any = PrivateAttr(default=None)
+
+    @property
+    def factory(self) -> Any:
+        """The model factory object ``privsilo.run(model=...)`` attached (None for names and import strings)."""
+        return self._factory
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        from simulator.models import MODELS
+        from simulator.user_code import is_import_string, registered
+
+        if value in MODELS or is_import_string(value) or value in registered("model"):
+            return value
+        others = sorted(registered("model"))
+        raise ValueError(
+            f"allowed: {', '.join(MODELS)}"
+            + (f", the registered {', '.join(others)}" if others else "")
+            + ", or your own factory as 'package.module:factory'"
+        )
 
 
 class FederationConfig(_Block):
@@ -218,6 +249,9 @@ class Scenario(_Block):
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
+        for block in ("data", "model"):  # without kwargs a scenario keeps the form (and journal hash) it had before them
+            if not raw[block]["kwargs"]:
+                del raw[block]["kwargs"]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
@@ -307,16 +341,24 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
     return result
 
 
-def validate_scenario(raw: Mapping[str, Any] | Scenario) -> Scenario:
-    """Validate a raw scenario mapping; raise ScenarioError on the first problem."""
-    if isinstance(raw, Scenario):
+def validate_scenario(raw: Mapping[str, Any] | Scenario, *, model: Any = None, dataset: Any = None) -> Scenario:
+    """Validate a raw scenario mapping; raise ScenarioError on the first problem.
+
+    ``model`` (a factory returning an ``nn.Module``) and ``dataset`` (a loader, its return value or a ``Dataset``)
+    are objects of the user's, attached to the ``model`` and ``data`` blocks (see ``privsilo.run``).
+    """
+    if isinstance(raw, Scenario) and model is None and dataset is None:
         return raw
-    raw = dict(raw)
+    raw = raw.to_dict() if isinstance(raw, Scenario) else dict(raw)
     mechanism_raw = raw.pop("mechanism", {})
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
         raise _to_scenario_error(exc, Scenario) from None
+    if model is not None:
+        scenario.model._factory = model
+    if dataset is not None:
+        scenario.data._source = dataset
     scenario = scenario.model_copy(update={"mechanism": _validate_mechanism(mechanism_raw)})
     scenario = _with_attack_batch(scenario)
     _check_consistency(scenario)
@@ -357,13 +399,8 @@ def _validate_mechanism(raw: Any) -> MechanismConfig:
 
 def _check_consistency(scenario: Scenario) -> None:
     """Checks that span several fields."""
-    from simulator.data import DATASETS
-    from simulator.models import model_supports
-
     data = scenario.data
-    if data.dataset not in DATASETS:
-        raise ScenarioError("data.dataset", data.dataset, f"allowed: {', '.join(sorted(DATASETS))}")
-    info = DATASETS[data.dataset]
+    info = _dataset_info(scenario)
     if data.partition == "dirichlet" and data.alpha is None:
         raise ScenarioError("data.alpha", None, "partition 'dirichlet' needs a concentration alpha > 0")
     if info.records_per_silo is not None and data.partition != "natural":
@@ -374,8 +411,7 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.silos", data.silos, f"the natural partition of '{data.dataset}' has exactly {info.natural_silos} silos")
     if data.path is not None and not Path(data.path).expanduser().is_dir():
         raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
-    if not model_supports(scenario.model.name, info.feature_shape):
-        raise ScenarioError("model.name", scenario.model.name, f"does not fit dataset '{data.dataset}' (input shape {info.feature_shape})")
+    num_parameters = _check_model(scenario, info)
     if data.users is not None and data.max_records_per_silo is not None:
         raise ScenarioError("data.max_records_per_silo", data.max_records_per_silo, "cannot be combined with data.users (the users' records decide the silos)")
     if data.users is not None and data.partition not in ("iid", "natural"):
@@ -396,7 +432,7 @@ def _check_consistency(scenario: Scenario) -> None:
         )
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
-    _check_mechanism_fits(scenario, num_classes=info.num_classes, feature_shape=info.feature_shape)
+    _check_mechanism_fits(scenario, num_parameters=num_parameters)
     _check_protocol(scenario)
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
@@ -409,15 +445,78 @@ def _check_consistency(scenario: Scenario) -> None:
             raise ScenarioError(f"resources.{role}.num_gpus", gpus, "must be a fraction <= 1 or a whole number")
 
 
-def _check_mechanism_fits(scenario: Scenario, *, num_classes: int, feature_shape: tuple[int, ...]) -> None:
-    """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
-    from simulator.models import parameter_count
+def _dataset_info(scenario: Scenario) -> DatasetInfo:
+    """The dataset's registry entry, or a user's dataset loaded and checked (its problems name ``data.dataset``)."""
+    from simulator.data import DATASETS
+    from simulator.data.sources import scenario_dataset_info
+    from simulator.user_code import UserCodeError, is_import_string, registered
 
+    data = scenario.data
+    builtin = data.source is None and data.dataset in DATASETS
+    if data.source is None and not builtin and not is_import_string(data.dataset) and data.dataset not in registered("dataset"):
+        others = sorted(registered("dataset"))
+        raise ScenarioError("data.dataset", data.dataset, f"allowed: {', '.join(sorted(DATASETS))}"
+                            + (f", the registered {', '.join(others)}" if others else "") + ", or your own loader as 'package.module:loader'")
+    if builtin and data.kwargs:
+        raise ScenarioError("data.kwargs", data.kwargs, f"built-in dataset '{data.dataset}' takes no kwargs (they are for your own loader)")
+    if not builtin and data.path is not None:
+        raise ScenarioError("data.path", data.path, "is for built-in datasets read from files; pass your loader a path in data.kwargs")
+    try:
+        return scenario_dataset_info(data, seed=scenario.seed)
+    except UserCodeError as exc:
+        raise ScenarioError("data.dataset", data.dataset, str(exc)) from None
+
+
+def _check_model(scenario: Scenario, info: DatasetInfo) -> int:
+    """The model against the data and the mechanism; returns its number of parameters d. A built-in model is
+    checked without torch; a user's is built once (on zeros: its outputs must be (batch, classes)) and, for
+    mechanisms that clip per-record gradients, searched for layers that make them impossible."""
+    from simulator.models import MODELS, model_supports, parameter_count
+
+    model = scenario.model
+    if model.factory is None and model.name in MODELS:
+        if model.kwargs:
+            raise ScenarioError("model.kwargs", model.kwargs, f"built-in model '{model.name}' takes no kwargs (they are for your own factory)")
+        if not model_supports(model.name, info.feature_shape):
+            raise ScenarioError("model.name", model.name, f"does not fit dataset '{scenario.data.dataset}' (input shape {info.feature_shape})")
+        return parameter_count(model.name, feature_shape=info.feature_shape, num_classes=info.num_classes)
+    return _check_user_model(scenario, info)
+
+
+def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
+    import torch
+
+    from mechanisms.per_sample import per_sample_obstacles
+    from simulator.models import build_scenario_model
+    from simulator.user_code import UserCodeError
+
+    name = scenario.model.name
+    try:
+        built = build_scenario_model(scenario.model, feature_shape=info.feature_shape, num_classes=info.num_classes)
+        with torch.no_grad():
+            outputs = built.eval()(torch.zeros((2, *info.feature_shape)))
+    except UserCodeError as exc:
+        raise ScenarioError("model.name", name, str(exc)) from None
+    except Exception as exc:  # the user's forward pass on the dataset's shape
+        raise ScenarioError("model.name", name, f"fails on inputs shaped (batch, {', '.join(map(str, info.feature_shape))}) of "
+                            f"dataset '{scenario.data.dataset}': {type(exc).__name__}: {exc}") from None
+    want = (2, info.num_classes) if info.kind != "regression" else (2, 1)
+    if tuple(outputs.shape) != want:
+        raise ScenarioError("model.name", name, f"maps a batch of 2 records to outputs shaped {tuple(outputs.shape)}; "
+                            f"dataset '{scenario.data.dataset}' needs (batch, {want[1]})")
+    if not any(p.requires_grad for p in built.parameters()):
+        raise ScenarioError("model.name", name, "has no trainable parameters")
+    obstacles = per_sample_obstacles(built) if scenario.mechanism.params.clips_record_gradients() else []
+    if obstacles:
+        raise ScenarioError("model.name", name, f"mechanism '{scenario.mechanism.name}' clips each record's gradient, "
+                            f"which {obstacles[0]}")
+    return sum(p.numel() for p in built.parameters())
+
+
+def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
+    """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
     params = scenario.mechanism.params
-    shape = FederationShape(
-        num_silos=scenario.data.silos,
-        num_parameters=parameter_count(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes),
-    )
+    shape = FederationShape(num_silos=scenario.data.silos, num_parameters=num_parameters)
     try:
         params.check_federation(shape)
     except ValueError as exc:
@@ -425,8 +524,11 @@ def _check_mechanism_fits(scenario: Scenario, *, num_classes: int, feature_shape
         raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
 def _check_task(scenario: Scenario, *, kind: str) -> None:
     """Regression data, its model and mechanism; ``data.rotations``."""
+    from simulator.models import MODELS
+
     data, model = scenario.data, scenario.model.name
-    if kind == "regression" and model != "linear_regression":
+    builtin = scenario.model.factory is None and model in MODELS
+    if kind == "regression" and builtin and model != "linear_regression":
         raise ScenarioError("model.name", model, f"dataset '{data.dataset}' has real-valued targets; use linear_regression")
     if kind != "regression" and model == "linear_regression":
         raise ScenarioError("model.name", model, f"linear_regression is for regression datasets (synthetic_linear), not '{data.dataset}'")

@@ -22,7 +22,7 @@ from protocols.fixed_point import FixedPointCodec
 from protocols.plain import PlainSumSilo
 from protocols.secure_aggregation import SecAggSilo
 from simulator.messages import RoundBroadcast, SiloUpdate
-from simulator.models import build_model
+from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import reseed_from_os_entropy
 
@@ -79,7 +79,7 @@ class Silo:
             record_ids=np.array(spec.record_ids),
             features=torch.tensor(features, device=device),
             labels=torch.tensor(labels, device=device),
-            model=build_model(scenario.model.name, feature_shape=feature_shape, num_classes=num_classes).to(device),
+            model=build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes).to(device),
             training=LocalTraining(
                 local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate
             ),

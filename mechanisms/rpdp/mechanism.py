@@ -76,6 +76,9 @@ class RpdpParams(MechanismParams):
     normalization: Literal["public", "expected_batch"] = "public"
     """Divisor of the noisy gradient sum: `public` (`federation.batch_size`, data-independent) or `expected_batch` (sum_j q_ij, the paper's)."""
 
+    def clips_record_gradients(self) -> bool:
+        return True
+
     @field_validator("budgets")
     @classmethod
     def _check_budgets(cls, value: dict[str, Any]) -> dict[str, Any]:

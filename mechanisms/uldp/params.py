@@ -36,6 +36,10 @@ class UldpParams(MechanismParams):
     max_records_per_user: int = Field(default=2000, ge=1)
     """`weighting: private`: the public bound N_max on any user's records across silos; lcm(1..N_max) must fit the key (at most 1,320 for 2,048 bits, 2,038 for 3,072); a run whose data has a user above it stops (exit 2)."""
 
+    def clips_record_gradients(self) -> bool:
+        """GROUP-k runs record-level DP-SGD; the other variants clip per-user model deltas."""
+        return self.variant == "group"
+
     @field_validator("group_k")
     @classmethod
     def _check_group_k(cls, value: int | str) -> int | str:

@@ -24,10 +24,10 @@ from mechanisms.base import load_vector_into_model, prediction_loss
 from mechanisms.registry import mechanism_class
 from simulator.data import Dataset
 from simulator.messages import RoundReport
-from simulator.models import build_model
+from simulator.models import build_scenario_model
 
 if TYPE_CHECKING:
-    from simulator.scenario import Scenario
+    from simulator.scenario import ModelConfig, Scenario
 
 BATCH = 4096
 
@@ -47,14 +47,14 @@ def personalised_evaluator(scenario: Scenario, dataset: Dataset, parts: Sequence
     """The evaluator of a run whose mechanism is personalised, else None."""
     if not mechanism_class(scenario.mechanism.name).personalised:
         return None
-    return PersonalisedEvaluator(dataset=dataset, parts=parts, model_name=scenario.model.name)
+    return PersonalisedEvaluator(dataset=dataset, parts=parts, model=scenario.model)
 
 
 class PersonalisedEvaluator:
     """Evaluates each round's global state per client and per hypothesis, and keeps the history."""
 
-    def __init__(self, *, dataset: Dataset, parts: Sequence[np.ndarray], model_name: str) -> None:
-        self.model = build_model(model_name, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+    def __init__(self, *, dataset: Dataset, parts: Sequence[np.ndarray], model: ModelConfig) -> None:
+        self.model = build_scenario_model(model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
         self.model.eval()
         self.clients = [(torch.from_numpy(dataset.x_train[idx]), torch.from_numpy(dataset.y_train[idx])) for idx in parts]
         self.regression = dataset.kind == "regression"
