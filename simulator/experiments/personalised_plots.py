@@ -1,4 +1,4 @@
-"""Plots of a personalised grid (see ``simulator.experiments.dprivacy_grid``)."""
+"""Plots of a sweep of personalised runs (see :mod:`simulator.experiments.personalised_report`)."""
 from __future__ import annotations
 
 import csv
