@@ -64,9 +64,9 @@ class MechanismParams(BaseModel):
 
     @model_validator(mode="after")
     def _refuse_inert_settings(self) -> "MechanismParams":
-        for field, why in self.inert_settings().items():
-            if field in self.model_fields_set and getattr(self, field) is not None:
-                raise ValueError(f"{field}: does nothing here ({why}); remove it")
+        for name, why in self.inert_settings().items():
+            if name in self.model_fields_set and getattr(self, name) is not None:
+                raise ValueError(f"{name}: does nothing here ({why}); remove it")
         return self
 
     def check_federation(self, federation: FederationShape) -> None:
