@@ -28,7 +28,8 @@ import simulator  # noqa: F401  (Ray environment)
 from protocols.plain import PlainSumServer
 from simulator.actors import ServerActor
 from simulator.data import load_dataset
-from simulator.engine import Federation, _initial_state, _seeds, _silo_indices
+from simulator.data.silos import partition_silos, run_seeds
+from simulator.engine import Federation, _initial_state
 from simulator.messages import RoundBroadcast
 from simulator.scenario import validate_scenario
 from simulator.silo import Silo, SiloSpec
@@ -41,8 +42,8 @@ class SingleProcessFederation:
 
     def __init__(self, scenario, *, threads: int) -> None:
         dataset = load_dataset(scenario.data.dataset, seed=scenario.seed)
-        seeds = _seeds(scenario.seed, scenario.data.silos)
-        parts = _silo_indices(scenario, dataset, np.random.default_rng(seeds["partition"]))
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
+        parts = partition_silos(scenario, dataset, np.random.default_rng(seeds["partition"]))
         common = dict(scenario=scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
         self.silos = [
             Silo(SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i]), features=dataset.x_train[idx],

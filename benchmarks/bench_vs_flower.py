@@ -46,13 +46,14 @@ MODEL_LAYERS = (64, 128, 10)  # privsilo's mlp_128 on digits
 def export_workload(raw: dict, path: Path) -> None:
     """The data split, initial weights and settings privsilo runs with, for the Flower side."""
     from simulator.data import load_dataset
-    from simulator.engine import _initial_state, _seeds, _silo_indices
+    from simulator.data.silos import partition_silos, run_seeds
+    from simulator.engine import _initial_state
     from simulator.scenario import validate_scenario
 
     config = validate_scenario(raw)
     dataset = load_dataset(config.data.dataset, seed=config.seed)
-    seeds = _seeds(config.seed, config.data.silos)
-    parts = _silo_indices(config, dataset, np.random.default_rng(seeds["partition"]))
+    seeds = run_seeds(config.seed, config.data.silos)
+    parts = partition_silos(config, dataset, np.random.default_rng(seeds["partition"]))
     offsets = np.cumsum([0] + [len(indices) for indices in parts])
     (initial,) = _initial_state(config, dataset, seeds["init"])
     fed = config.federation

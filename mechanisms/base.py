@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from mechanisms.events import PrivacyEvent
 
@@ -59,6 +59,19 @@ class MechanismParams(BaseModel):
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
         return False
+
+    def inert_settings(self) -> dict[str, str]:
+        """``{field: why}``: the parameters that do nothing given the others' values (e.g. one variant's setting
+        under another variant). A scenario that sets one explicitly (to anything but null) is refused; a default
+        never is."""
+        return {}
+
+    @model_validator(mode="after")
+    def _refuse_inert_settings(self) -> "MechanismParams":
+        for name, why in self.inert_settings().items():
+            if name in self.model_fields_set and getattr(self, name) is not None:
+                raise ValueError(f"{name}: does nothing here ({why}); remove it")
+        return self
 
     def check_federation(self, federation: FederationShape) -> None:
         """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list

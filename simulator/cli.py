@@ -100,6 +100,10 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     from simulator.scenario import resolve_scenario, with_attack_block
 
     scenario = with_attack_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
+    from simulator.attacks.targets import check_targets_fit
+    from simulator.data.sources import scenario_dataset
+
+    check_targets_fit(scenario, scenario_dataset(scenario.data, seed=scenario.seed))
     from simulator.attacks.runner import attack
 
     out = args.out or Path("runs") / f"{scenario.name}_attack"
@@ -140,6 +144,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """Check the file, load its data, and check every attack block's target silos against their records."""
+    from simulator.attacks.targets import check_targets_fit
     from simulator.data.sources import scenario_dataset
     from simulator.scenario import load_scenario_file, resolve_scenario
 
@@ -148,13 +154,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]
-        for data in {(s.data.dataset, s.data.path, s.data.silos): s.data for s in scenarios}.values():
-            scenario_dataset(data, seed=0)
+        loaded = {}
+        for scenario in scenarios:
+            key = (scenario.data.dataset, scenario.data.path, scenario.data.silos, scenario.seed)
+            if key not in loaded:
+                loaded[key] = scenario_dataset(scenario.data, seed=scenario.seed)
+            check_targets_fit(scenario, loaded[key])
         combinations = len(scenarios) // len(grid.seeds)
         print(f"{args.scenario}: valid grid ({count(len(scenarios), 'run')}: {count(combinations, 'combination')} x {count(len(grid.seeds), 'seed')})")
         return 0
     scenario = resolve_scenario(args.scenario, args.overrides)
-    scenario_dataset(scenario.data, seed=scenario.seed)
+    check_targets_fit(scenario, scenario_dataset(scenario.data, seed=scenario.seed))
     print(f"{args.scenario}: valid ({scenario.mechanism.name} on {scenario.data.dataset}, {scenario.data.silos} silos, {scenario.federation.rounds} rounds)")
     return 0
 

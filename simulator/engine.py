@@ -25,9 +25,9 @@ from simulator.actors import ServerActor, SiloWorker
 from simulator.cluster import ActorDemand, Capacity, ray_session, worker_count
 from simulator.data import Dataset
 from simulator.data.sources import scenario_dataset
-from simulator.data.partition import partition_indices
 from simulator.data.rotations import rotate_silos
-from simulator.data.users import UserAllocation, allocate_users, users_generator
+from simulator.data.silos import run_seeds, silo_records
+from simulator.data.users import UserAllocation
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
@@ -61,15 +61,6 @@ def run(
     return result
 
 
-def _seeds(seed: int, num_silos: int) -> dict[str, Any]:
-    partition, server, init, *silos = np.random.SeedSequence(seed).spawn(3 + num_silos)
-
-    def as_int(seq: np.random.SeedSequence) -> int:
-        return int(seq.generate_state(1, dtype=np.uint64)[0] % (2**63))
-
-    return {"partition": partition, "server": as_int(server), "init": as_int(init), "silos": [as_int(s) for s in silos]}
-
-
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
     """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
     single model of every one-hypothesis mechanism)."""
@@ -78,48 +69,6 @@ def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.
         torch.manual_seed(seed)
         models = [build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
     return tuple(model_to_vector(model) for model in models)
-
-
-def _silo_indices(scenario: Scenario, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
-    data = scenario.data
-    try:
-        parts = partition_indices(
-            dataset.y_train,
-            scheme=data.partition,
-            num_silos=data.silos,
-            rng=rng,
-            alpha=data.alpha,
-            shards_per_silo=data.shards_per_silo,
-            natural=dataset.natural_partition,
-        )
-    except ValueError as exc:
-        raise ScenarioError("data.silos", data.silos, f"does not fit '{data.dataset}' with partition '{data.partition}' ({exc})") from None
-    empty = [i for i, part in enumerate(parts) if len(part) == 0]
-    if empty:
-        raise ScenarioError("data.silos", data.silos, f"too many silos for {len(dataset.y_train)} records: silo(s) {empty} got none")
-    if data.max_records_per_silo is not None:  # the first records in the partition's (seeded) order
-        parts = [part[: data.max_records_per_silo] for part in parts]
-    return parts
-
-
-def _user_allocation(scenario: Scenario, dataset: Dataset, parts: list[np.ndarray]) -> UserAllocation | None:
-    """Owners of the records (data.users), drawn from their own seed stream; None without users. With
-    ``partition: natural`` the silos stay the dataset's; otherwise the allocation decides them."""
-    users = scenario.data.users
-    if users is None:
-        return None
-    try:
-        return allocate_users(
-            len(dataset.y_train),
-            count=users.count,
-            records=users.records,
-            silos=users.silos,
-            num_silos=scenario.data.silos,
-            rng=users_generator(scenario.seed),
-            natural=tuple(parts) if scenario.data.partition == "natural" else None,
-        )
-    except ValueError as exc:
-        raise ScenarioError("data.users.count", users.count, f"does not fit {len(dataset.y_train)} records of '{scenario.data.dataset}' in {scenario.data.silos} silos ({exc})") from None
 
 
 def resources_needed(scenario: Scenario, capacity: Capacity) -> ActorDemand:
@@ -177,13 +126,10 @@ class Federation:
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
         self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
-        seeds = _seeds(scenario.seed, scenario.data.silos)
-        parts = _silo_indices(scenario, self.dataset, np.random.default_rng(seeds["partition"]))
-        if scenario.data.rotations is not None:
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
+        parts, self.users = silo_records(scenario, self.dataset)
+        if scenario.data.rotations is not None:  # never with data.users: the parts are the partition's
             self.dataset = rotate_silos(self.dataset, parts, angles=scenario.data.rotations)
-        self.users = _user_allocation(scenario, self.dataset, parts)
-        if self.users is not None:
-            parts = list(self.users.silo_indices)
         self.parts = parts
         specs = [
             SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],

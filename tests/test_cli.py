@@ -70,7 +70,7 @@ IMPORT_PROBE = (
 )
 def test_list_and_validate_load_neither_torch_nor_ray_nor_matplotlib(args, also_absent, request):
     if any("heart_disease" in arg for arg in args):
-        request.getfixturevalue("heart_disease_dir")  # skips where the UCI files are absent
+        request.getfixturevalue("heart_disease_dir")  # fetches the UCI files into the cache where absent
     proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -12,22 +12,16 @@ from simulator.data.datasets import FASHION_MNIST_DIR, read_idx
 from simulator.data.heart_disease import CENTERS, read_center_records
 from simulator.errors import DataUnavailableError
 
-HEART_DIR = pathlib.Path(__file__).parents[2] / "shared/data/heart_disease"
-needs_heart = pytest.mark.skipif(not HEART_DIR.is_dir(), reason=f"Heart Disease files not found at {HEART_DIR}")
-
-
 # --- Heart Disease ------------------------------------------------------------------------------------------
 
-@needs_heart
-def test_heart_disease_records_per_hospital_match_flamby():
-    records = read_center_records(path=HEART_DIR)
+def test_heart_disease_records_per_hospital_match_flamby(heart_disease_dir):
+    records = read_center_records(path=heart_disease_dir)
     assert [len(records[center][1]) for center in CENTERS] == [303, 261, 46, 130]
     assert all(features.shape[1] == 10 for features, _ in records.values())
 
 
-@needs_heart
-def test_heart_disease_natural_split_covers_each_hospital():
-    dataset = load_dataset("heart_disease", path=str(HEART_DIR))
+def test_heart_disease_natural_split_covers_each_hospital(heart_disease_dir):
+    dataset = load_dataset("heart_disease", path=str(heart_disease_dir))
     sizes = [len(part) for part in dataset.natural_partition]
     assert sum(sizes) == len(dataset.x_train) == 486  # FLamby's pooled train size
     assert len(dataset.x_train) + len(dataset.x_test) == 303 + 261 + 46 + 130
@@ -39,9 +33,8 @@ def test_heart_disease_natural_split_covers_each_hospital():
     assert set(np.unique(dataset.y_train)) == {0, 1} and dataset.y_train.dtype == np.int64
 
 
-@needs_heart
-def test_heart_disease_is_standardised_per_hospital_train_set():
-    dataset = load_dataset("heart_disease", path=str(HEART_DIR))
+def test_heart_disease_is_standardised_per_hospital_train_set(heart_disease_dir):
+    dataset = load_dataset("heart_disease", path=str(heart_disease_dir))
     cleveland = dataset.x_train[dataset.natural_partition[0]]
     assert np.allclose(cleveland.mean(axis=0), 0.0, atol=1e-5)
     assert np.allclose(cleveland.std(axis=0, ddof=1), 1.0, atol=1e-4)

@@ -108,7 +108,7 @@ def test_cluster_recovery_is_the_purity_of_the_hypotheses():
 
 
 def test_grid_table_averages_the_seeds_of_each_combination(tmp_path):
-    from simulator.experiments.dprivacy_grid import GridRun, markdown_table, table_rows
+    from simulator.experiments.personalised_report import GridRun, markdown_table, table_rows
 
     def finished(name, seed, *, accuracy, recovery, leak_max):
         directory = tmp_path / name

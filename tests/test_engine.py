@@ -137,9 +137,9 @@ def test_failed_run_leaves_the_previous_output_untouched(ray_local, tmp_path):
 
 def _sampled_by_the_server(seed: int, *, silos: int, client_rate: float, rounds: int) -> list[tuple[int, ...]]:
     """The server's client sampling replayed from the scenario seed: one uniform draw per silo per round."""
-    from simulator.engine import _seeds
+    from simulator.data.silos import run_seeds
 
-    rng = np.random.default_rng(_seeds(seed, silos)["server"])
+    rng = np.random.default_rng(run_seeds(seed, silos)["server"])
     return [tuple(int(i) for i in np.flatnonzero(rng.random(silos) < client_rate)) for _ in range(rounds)]
 
 

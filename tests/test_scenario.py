@@ -61,6 +61,20 @@ def test_unknown_key_lists_allowed_keys():
     assert "client_rate" in info.value.allowed and "local_steps" in info.value.allowed
 
 
+@pytest.mark.parametrize(
+    ("change", "field", "keys"),
+    [
+        ({"data": {"users": {"count": 3, "recrods": "zipf"}}}, "data.users.recrods", "count, records, silos"),
+        ({"attack": {"batchsize": 2}}, "attack.batchsize", "batch_size, iterations, line_search, method, num_cpus"),
+    ],
+)
+def test_unknown_key_in_an_optional_block_lists_that_blocks_keys(change, field, keys):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(**change))
+    assert info.value.field == field
+    assert keys in info.value.allowed and "none" not in info.value.allowed
+
+
 def test_overrides_parse_yaml_values():
     raw = apply_overrides(small_scenario(), ["federation.lr=0.05", "protocol.secure_aggregation=true", "data.silos=4"])
     scenario = validate_scenario(raw)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mechanisms.per_sample import clipped_gradient_sum, gaussian_noise_like, poisson_sample
-from simulator.engine import Federation, _seeds, _silo_indices, run
+from simulator.data.silos import partition_silos, run_seeds
+from simulator.engine import Federation, run
 from simulator.models import build_model
 from simulator.secure_rng import MT_WORDS, reseed_from_os_entropy
 from tests.conftest import small_scenario
@@ -63,8 +64,8 @@ def _true_and_recovered_clipped_sum(*, secure_rng: bool) -> tuple[np.ndarray, np
         federation.run_round(0)
         upload = federation.server_inbox()[0].values[:-1]  # silo weight 1 is the last entry
         dataset, validated = federation.dataset, federation.scenario
-    seeds = _seeds(validated.seed, validated.data.silos)  # what the attacker must never read
-    records = _silo_indices(validated, dataset, np.random.default_rng(seeds["partition"]))[0]
+    seeds = run_seeds(validated.seed, validated.data.silos)  # what the attacker must never read
+    records = partition_silos(validated, dataset, np.random.default_rng(seeds["partition"]))[0]
     generator = torch.Generator().manual_seed(seeds["silos"][0])
     batch = poisson_sample(num_records=len(records), rates=min(1.0, BATCH / len(records)), generator=generator)
     model = build_model("logistic_regression", feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
@@ -151,7 +152,7 @@ def _uldp_server(*, secure_rng: bool):
         server = ServerActor(num_cpus=0.25)
         server.open(scenario=scenario, workers=[(None, (0, 1))], test_features=np.zeros((1, 1, 8, 8), np.float32),
                     test_labels=np.zeros(1, np.int64), initial_state=(np.zeros(650),), feature_shape=(1, 8, 8),
-                    num_classes=10, seed=_seeds(0, 2)["server"])
+                    num_classes=10, seed=run_seeds(0, 2)["server"])
         return server
     finally:
         torch.set_num_threads(threads)  # the actor limits its process's threads; this process is the test's

@@ -53,10 +53,11 @@ def test_a_uldp_sweep_keeps_every_runs_curves_and_draws_them(ray_local, tmp_path
     base = small_scenario(
         data={"dataset": "digits", "partition": "iid", "silos": 2, "users": {"count": 30, "records": "zipf", "silos": "zipf"}},
         federation={"rounds": 2, "client_rate": 1.0, "local_steps": 2, "batch_size": 32, "lr": 0.1},
-        mechanism={"name": "uldp", "variant": "naive", "noise_multiplier": 5.0, "max_grad_norm": 0.1, "group_k": "max"},
+        mechanism={"name": "uldp", "variant": "naive", "noise_multiplier": 5.0, "max_grad_norm": 0.1},
     )
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
-    grid = {"name": "tiny_uldp", "base": "base.yaml", "seeds": [0], "axes": {"mechanism.variant": {"NAIVE": "naive", "GROUP-max": "group"}}}
+    variants = {"NAIVE": {"mechanism.variant": "naive"}, "GROUP-max": {"mechanism.variant": "group", "mechanism.group_k": "max"}}
+    grid = {"name": "tiny_uldp", "base": "base.yaml", "seeds": [0], "axes": {"variant": variants}}
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid, sort_keys=False))
     result = sweep(tmp_path / "grid.yaml", out_dir=tmp_path / "out")
     naive, group = result.runs

@@ -69,9 +69,9 @@ def test_users_without_records_are_dropped_and_counted() -> None:
 
 
 def test_users_stream_is_not_one_of_the_engines_streams() -> None:
-    from simulator.engine import _seeds
+    from simulator.data.silos import run_seeds
 
-    seeds = _seeds(0, 5)
+    seeds = run_seeds(0, 5)
     users = users_generator(0).random(4)
     assert not np.allclose(users, np.random.default_rng(seeds["partition"]).random(4))
     assert np.array_equal(users, users_generator(0).random(4))

@@ -83,6 +83,19 @@ class UldpParams(MechanismParams):
                 raise ValueError(f"{field}: {exc.message}") from None
         return self
 
+    def inert_settings(self) -> dict[str, str]:
+        """Each variant's own settings under another variant, and the Private Weighting Protocol's without it."""
+        inert = {}
+        if self.variant != "naive":
+            inert["naive_noise"] = f"it sets variant naive's noise; variant is '{self.variant}'"
+        if self.variant != "group":
+            inert["group_k"] = f"it is variant group's records per user; variant is '{self.variant}'"
+            inert["group_rounding"] = f"it rounds variant group's k; variant is '{self.variant}'"
+        if self.weighting != "private":
+            why = f"it configures weighting: private; weighting is '{self.weighting}'"
+            inert.update(paillier_key_bits=why, max_records_per_user=why)
+        return inert
+
     def needs_secure_aggregation(self) -> bool:
         """AVG, AVG-w and SGD split the noise across silos (sigma C / sqrt|S| each): safe only for the sum."""
         return self.variant in ("avg", "avg_w", "sgd")

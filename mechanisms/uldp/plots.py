@@ -1,7 +1,7 @@
 """The ``uldp`` mechanism's sweep plots (its ``sweep_plotter``), as the paper's Figures 4-7 show a run: test
 accuracy per round by variant (``accuracy_per_round.png``) and user-level epsilon per round
 (``epsilon_per_round.png``). One panel per combination of the grid's other axes (e.g. users, user rate), one
-line per variant: the mean over seeds, with a band of ± one standard deviation where there are several seeds.
+line per variant (the axis `mechanism.variant`, or a settings axis named `variant`): the mean over seeds, with a band of ± one standard deviation where there are several seeds.
 A variant without an epsilon (GROUP with ``group_k`` from the data) says so in the legend instead of a line.
 The plotted values of every run are written beside them (``per_round.csv``).
 """
@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-VARIANT_AXIS = "mechanism.variant"
+VARIANT_AXES = ("mechanism.variant", "variant")  # a settings axis "variant" when group needs its group_k
 PLOTS = {"accuracy_per_round": "test accuracy", "epsilon_per_round": "user-level epsilon"}
 LINE_STYLES = ("-", "--", "-.", ":")  # variants with the same epsilon coincide: dashes keep each visible
 
@@ -46,7 +46,7 @@ def write_per_round_csv(runs: Sequence[Any], *, axes: Sequence[str], path: Path)
 def group_runs(runs: Sequence[Any], *, axes: Sequence[str]) -> dict[str, dict[str, list[Any]]]:
     """``{panel: {line: runs}}`` in the grid's order: a panel per combination of the axes other than the variant
     axis, a line per variant (per combination of every axis when the grid has no variant axis)."""
-    line_axes = [VARIANT_AXIS] if VARIANT_AXIS in axes else list(axes)
+    line_axes = [axis for axis in axes if axis in VARIANT_AXES] or list(axes)
     panel_axes = [axis for axis in axes if axis not in line_axes]
     panels: dict[str, dict[str, list[Any]]] = {}
     for run in runs:

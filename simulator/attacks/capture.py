@@ -14,9 +14,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.attacks.config import CLIPPING_MECHANISMS, EPOCH_MECHANISMS, UPDATE_CLIPPING_MECHANISMS
+from simulator.attacks.config import CLIPPING_MECHANISMS, UPDATE_CLIPPING_MECHANISMS
 from simulator.attacks.inversion import check_has_gradients
 from simulator.attacks.observation import Observation
+from simulator.attacks.targets import check_target, local_steps_run
 from simulator.data import Dataset
 from simulator.engine import Federation
 from simulator.errors import ScenarioError
@@ -67,13 +68,6 @@ def make_observation(
     )
 
 
-def local_steps_run(scenario: Scenario) -> int:
-    """The SGD steps of a silo's local training: ``federation.local_steps``, or for d-privacy with
-    ``mechanism.local_epochs`` E one step per epoch (the scenario's checks confine it to silos of one batch)."""
-    epochs = scenario.mechanism.params.local_epochs if scenario.mechanism.name in EPOCH_MECHANISMS else None
-    return scenario.federation.local_steps if epochs is None else epochs
-
-
 def ground_truth(watched: list[np.ndarray], *, dataset: Dataset, steps_share_batch: bool) -> GroundTruth:
     """The records behind the forward passes a silo's local training made: once each when every step used the
     same batch, else every step's batch in turn."""
@@ -112,19 +106,6 @@ def check_sampled(scenario: Scenario, *, participants: tuple[int, ...]) -> None:
         if silo not in participants:
             sampled = ", ".join(map(str, participants)) or "none: the round was skipped"
             raise ScenarioError("attack.target_silo", silo, f"silo {silo} was not sampled in round {scenario.attack.round} (participants: {sampled})")
-
-
-def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
-    """Refuse (exit 2) a batch larger than the target's records, and iDLG on a round that trains several records."""
-    batch, steps = scenario.federation.batch_size, local_steps_run(scenario)
-    if batch > records:
-        raise ScenarioError("attack.batch_size", batch, f"larger than silo {silo}'s {records} records")
-    if scenario.attack.method == "idlg" and steps > 1 and records > 1:
-        raise ScenarioError(
-            "attack.method", "idlg",
-            f"idlg reads the label of a single record, but silo {silo} trains {steps} local steps on its {records} "
-            "records; use dlg, federation.local_steps = 1 or data.max_records_per_silo = 1",
-        )
 
 
 __all__ = ["GroundTruth", "RoundCapture", "capture_round", "check_sampled", "check_target", "ground_truth", "local_steps_run", "make_observation"]

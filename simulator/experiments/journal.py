@@ -2,7 +2,8 @@
 
 While a sweep runs, every finished run is appended to ``<out>.unfinished/runs.jsonl`` (one JSON line, flushed
 and fsynced), keyed by a hash of its complete validated scenario; the per-record privacy data of the sweep's
-reference rPDP run goes to ``rpdp_records.npz`` beside it. Running the same sweep again skips the runs whose
+reference rPDP run goes to ``rpdp_records.npz`` beside it, and a personalised run's output directory to
+``runs/<name>``. Running the same sweep again skips the runs whose
 scenario is already in the journal (the same scenario and seed give the same result). The journal is deleted
 once the output directory has been written.
 """
@@ -58,6 +59,10 @@ class SweepJournal:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+    def run_directory(self, name: str) -> Path:
+        """Where the kept output directory of run ``name`` goes while the sweep runs (``""``: their parent)."""
+        return self.path / "runs" / name
 
     def save_records(self, key: str, records: Mapping[str, np.ndarray]) -> None:
         """Per-record arrays of the reference rPDP run (written to a temporary name, then renamed)."""

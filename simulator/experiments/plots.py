@@ -1,5 +1,5 @@
 """The mechanism-independent plots of a sweep: mean final accuracy per axis combination, and mean accuracy per
-round of every combination."""
+round of every combination (``metric="loss"``: the test MSE of a regression task, which has no accuracy)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,12 +15,15 @@ import numpy as np  # noqa: E402
 if TYPE_CHECKING:
     from simulator.experiments.results import SweepRun
 
+LABELS = {"accuracy": "test accuracy", "loss": "test MSE"}
 
-def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
-    """Grouped bars of mean accuracy: one group per label of the first axis, one bar per label of the second
+
+def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], num_seeds: int, title: str, path: Path,
+                    metric: str = "accuracy") -> None:
+    """Grouped bars of the mean final ``metric`` (accuracy, or loss: the test MSE): one group per label of the first axis, one bar per label of the second
     (one bar per group with a single axis; further axes are joined into the bar label); error bars = std over
     seeds (none for a combination run with one seed)."""
-    cells = {(row[axes[0]], " / ".join(row[a] for a in axes[1:]) or "accuracy"): row for row in table}
+    cells = {(row[axes[0]], " / ".join(row[a] for a in axes[1:]) or metric): row for row in table}
     groups = list(dict.fromkeys(group for group, _ in cells))
     bars = list(dict.fromkeys(bar for _, bar in cells))
     width = 0.8 / len(bars)
@@ -28,24 +31,27 @@ def plot_comparison(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], 
     fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(groups) * max(1, len(bars) / 3)), 4.0))
     for i, bar in enumerate(bars):
         rows = [cells.get((group, bar)) for group in groups]
-        means = [np.nan if r is None else r["accuracy_mean"] for r in rows]
-        stds = [np.nan if r is None or r["accuracy_std"] is None else r["accuracy_std"] for r in rows]
+        means = [np.nan if r is None or r[f"{metric}_mean"] is None else r[f"{metric}_mean"] for r in rows]
+        stds = [np.nan if r is None or r[f"{metric}_std"] is None else r[f"{metric}_std"] for r in rows]
         ax.bar(x + (i - (len(bars) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=bar)
     ax.set_xticks(x, groups)
     spread = f"mean ± std over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
-    ax.set(xlabel=axes[0], ylabel="final test accuracy", ylim=(0, 1.15), title=f"{title} ({spread})")
+    ax.set(xlabel=axes[0], ylabel=f"final {LABELS[metric]}", title=f"{title} ({spread})")
+    if metric == "accuracy":
+        ax.set_ylim(0, 1.15)
     ax.legend(fontsize=8, ncol=min(len(bars), 4), loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], num_seeds: int, title: str, path: Path) -> None:
-    """One line per axis combination: test accuracy after each round, averaged over the combination's seeds
+def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], num_seeds: int, title: str, path: Path,
+                            metric: str = "accuracy") -> None:
+    """One line per axis combination: test accuracy (``metric="loss"``: test MSE) after each round, averaged over the combination's seeds
     (up to the shortest run of the combination)."""
     curves: dict[str, list[tuple[float, ...]]] = {}
     for item in runs:
-        curves.setdefault(" / ".join(item.labels[a] for a in axes), []).append(item.accuracy_per_round)
+        curves.setdefault(" / ".join(item.labels[a] for a in axes), []).append(getattr(item, f"{metric}_per_round"))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for index, (label, members) in enumerate(curves.items()):
         rounds = min(len(curve) for curve in members)
@@ -54,7 +60,9 @@ def plot_accuracy_per_round(runs: Sequence[SweepRun], *, axes: Sequence[str], nu
         ax.plot(np.arange(1, rounds + 1), mean, style, marker="." if rounds <= 60 else None, label=label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     spread = f"mean over {num_seeds} seeds" if num_seeds > 1 else "1 seed"
-    ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1), title=f"{title} ({spread})")
+    ax.set(xlabel="round", ylabel=LABELS[metric], title=f"{title} ({spread})")
+    if metric == "accuracy":
+        ax.set_ylim(0, 1)
     ax.legend(fontsize=7, ncol=1 + len(curves) // 10, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,5 +1,5 @@
-"""The runs experiments are made of: a sweep's :class:`SweepRun` (headline figures) and a personalised grid's
-:class:`GridRun` (a finished run's output directory), shared by the runners and their tables and plots."""
+"""The runs experiments are made of: a sweep's :class:`SweepRun` (headline figures) and a personalised sweep's
+:class:`GridRun` (a finished run's kept output directory), shared by the runners and their tables and plots."""
 from __future__ import annotations
 
 import json
@@ -21,6 +21,7 @@ class SweepRun:
     seconds: float
     accuracy_per_round: tuple[float, ...] = ()  # for the mechanism's own plots (journaled, not in runs.csv)
     epsilon_per_round: tuple[float | None, ...] = ()
+    loss_per_round: tuple[float, ...] = ()  # the test MSE per round of a regression task, which has no accuracy
     attack_psnr: float | None = None  # with an attack block: mean over its (silo, seed) attacks
     attack_ssim: float | None = None
     attack_success_rate: float | None = None

@@ -19,6 +19,11 @@ and epsilon) is written atomically. When the scenarios carry an ``attack`` block
 attacked (:func:`simulator.attacks.runner.attack` on the same scenario) and the tables get the attack's PSNR,
 SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
 (:mod:`simulator.experiments.journal`), so an interrupted sweep resumes when run again.
+
+A regression task (``synthetic_linear``) has no accuracy: its tables and plots give the test MSE (the test loss)
+instead. Runs of a personalised mechanism (``Mechanism.personalised``, e.g. dprivacy) keep their whole output
+directory under ``runs/<labels>-s<seed>``, and the table and plots are the personalised ones
+(:mod:`simulator.experiments.personalised_report`: personalised accuracy or MSE, cluster recovery, leakage).
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ from simulator.experiments.results import SweepRun
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
-TABLE_COLUMNS = ("accuracy_mean", "accuracy_std", "seeds", "epsilon_mean")
+TABLE_COLUMNS = ("accuracy_mean", "accuracy_std", "loss_mean", "loss_std", "seeds", "epsilon_mean")
 # Only in sweeps whose scenarios carry an attack block: after RUN_COLUMNS / TABLE_COLUMNS.
 ATTACK_RUN_COLUMNS = ("attack_psnr", "attack_ssim", "attack_success_rate")
 ATTACK_TABLE_COLUMNS = ("attack_psnr_mean", "attack_ssim_mean", "attack_success_rate_mean")
@@ -207,6 +212,7 @@ def sweep(
     rpdp_runs = [(key, run_label(labels, seed)) for key, (labels, seed, scenario) in zip(keys, jobs) if _is_rpdp(scenario)]
     reference, reference_label = rpdp_runs[0] if rpdp_runs else (None, "")
     pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
+    personalised = all(mechanism_class(scenario.mechanism.name).personalised for _, _, scenario in jobs)
     if pending:
         def demand_for(capacity: Capacity) -> ActorDemand:
             return ActorDemand.covering(resources_needed(scenario, capacity) for _, (_, _, scenario) in pending)
@@ -216,7 +222,8 @@ def sweep(
             bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
             for key, (labels, seed, scenario) in bar:
                 bar.set_postfix_str(run_label(labels, seed))
-                result = run(scenario, address=address)
+                kept = journal.run_directory(run_name(labels, seed)) if personalised else None
+                result = run(scenario, out_dir=kept, address=address)
                 if key == reference:
                     journal.save_records(key, rebuild_accountant(result).per_record())
                 done = _sweep_run(labels, seed, result, attacked=_attack_summary(scenario, address=address))
@@ -227,28 +234,40 @@ def sweep(
     table = tuple(summarise(runs, axes=list(grid.axes)))
     swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
     records = None if reference is None else journal.load_records(reference)
-    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records))
+    kept = journal.run_directory("") if personalised else None
+    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records), run_directories=kept)
     journal.remove()
     return swept
+
+
+def run_name(labels: Mapping[str, str], seed: int) -> str:
+    """The directory of a kept run: ``k2-nu5-s0``."""
+    return f"{'-'.join(labels.values())}-s{seed}"
 
 
 def _is_rpdp(scenario: Scenario) -> bool:
     return scenario.mechanism.name == "rpdp" and scenario.mechanism.params.variant == "rpdp"
 
 
-def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None) -> None:
+def write_sweep_outputs(
+    swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None, run_directories: Path | None = None
+) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
-    For an rPDP base scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the
-    label and per-record arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the
-    base mechanism's ``sweep_plotter`` draws.
+    Given ``run_directories`` (where the personalised runs' output directories are, named by :func:`run_name`):
+    they are copied to ``runs/`` and the table and its plots are the personalised report's. For an rPDP base
+    scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the label and per-record
+    arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the base mechanism's
+    ``sweep_plotter`` draws.
     """
     from simulator.reports import atomic_directory
     from simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
 
     grid, axes = swept.grid, list(swept.grid.axes)
     with atomic_directory(swept.out_dir) as staging:
-        write_tables(staging, runs=swept.runs, table=swept.table, axes=axes, title=grid.name)
+        write_tables(staging, runs=swept.runs, table=swept.table, axes=axes, title=grid.name, own_table=run_directories is None)
+        if run_directories is not None:
+            _write_personalised_report(swept, run_directories=run_directories, staging=staging)
         base = validate_scenario(grid.base)
         if base.mechanism.name == "rpdp":
             plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
@@ -258,6 +277,21 @@ def write_sweep_outputs(swept: SweepResult, *, rpdp_records: tuple[str, Mapping[
         plotter = mechanism_class(base.mechanism.name).sweep_plotter()
         if plotter is not None:
             plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
+
+
+def _write_personalised_report(swept: SweepResult, *, run_directories: Path, staging: Path) -> None:
+    """``runs/`` (every run's output directory), then the personalised table and plots drawn from it."""
+    import shutil
+
+    from simulator.experiments.personalised_report import write_report
+    from simulator.experiments.results import GridRun
+
+    kept = []
+    for item in swept.runs:
+        name = run_name(item.labels, item.seed)
+        shutil.copytree(run_directories / name, staging / "runs" / name)
+        kept.append(GridRun(item.labels, item.seed, staging / "runs" / name))
+    write_report(kept, axes=list(swept.grid.axes), out_dir=staging, title=swept.grid.name)
 
 
 def _attack_summary(scenario: Scenario, *, address: str | None) -> dict[str, float | None] | None:
@@ -283,6 +317,7 @@ def _sweep_run(labels: dict[str, str], seed: int, result: Any, *, attacked: Mapp
         seconds=float(result.timing["total_seconds"]),
         accuracy_per_round=tuple(float(r.report.accuracy) for r in result.rounds),
         epsilon_per_round=tuple(r.epsilon for r in result.rounds),
+        loss_per_round=tuple(float(r.report.loss) for r in result.rounds),
         attack_psnr=attacked.get("psnr"),
         attack_ssim=attacked.get("ssim"),
         attack_success_rate=attacked.get("success_rate"),
@@ -298,64 +333,75 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(present)) if present else None
 
 
+def regression(runs: Sequence[SweepRun]) -> bool:
+    """A regression task's sweep: no run has an accuracy (NaN), so tables and plots give the test MSE (the loss)."""
+    return bool(runs) and all(math.isnan(item.accuracy) for item in runs)
+
+
 def summarise(runs: Sequence[SweepRun], *, axes: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Per axis combination (in first-seen order): mean and std (ddof 0; None with one seed) of accuracy, seed
-    count, mean epsilon; in an attacked sweep also the means of the attack's PSNR, SSIM and success rate."""
+    """Per axis combination (in first-seen order): mean and std (ddof 0; None with one seed) of accuracy (None
+    for a regression task) and loss, seed count, mean epsilon; in an attacked sweep also the means of the
+    attack's PSNR, SSIM and success rate."""
     groups: dict[tuple[str, ...], list[SweepRun]] = {}
     for item in runs:
         groups.setdefault(tuple(item.labels[a] for a in axes), []).append(item)
     attacked = _attacked(runs)
     for labels, members in groups.items():
-        accuracy = np.array([m.accuracy for m in members])
-        row = {
-            **dict(zip(axes, labels)),
-            "accuracy_mean": float(accuracy.mean()),
-            "accuracy_std": float(accuracy.std()) if accuracy.size > 1 else None,
-            "seeds": len(members),
-            "epsilon_mean": _mean([m.epsilon for m in members]),
-        }
+        row = {**dict(zip(axes, labels))}
+        for metric in ("accuracy", "loss"):
+            values = np.array([getattr(m, metric) for m in members])
+            present = not np.isnan(values).all()
+            row[f"{metric}_mean"] = float(values.mean()) if present else None
+            row[f"{metric}_std"] = float(values.std()) if present and values.size > 1 else None
+        row.update(seeds=len(members), epsilon_mean=_mean([m.epsilon for m in members]))
         if attacked:
             row.update({f"{column}_mean": _mean([getattr(m, column) for m in members]) for column in ATTACK_RUN_COLUMNS})
         yield row
 
 
-def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str) -> None:
-    """``runs.csv``, ``table.csv``, ``table.md`` and ``comparison.png`` into ``staging``; with per-round accuracies
-    (a sweep's own runs, not merged ones) also ``curves.csv`` and ``accuracy_per_round.png``, and for an attacked
-    sweep ``attack_vs_accuracy.png``."""
+def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Mapping[str, Any]], axes: Sequence[str], title: str,
+                 own_table: bool = True) -> None:
+    """``runs.csv``, ``table.csv`` and ``table.md`` (not with ``own_table=False``: a personalised sweep writes its
+    own) and ``comparison.png``; with per-round results (a sweep's own runs, not merged ones) also ``curves.csv``
+    and ``accuracy_per_round.png`` (``mse_per_round.png`` for a regression task), and for an attacked sweep
+    ``attack_vs_accuracy.png``."""
     from simulator.experiments.plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
 
+    metric = "loss" if regression(runs) else "accuracy"
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
-    write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
+    if own_table:
+        write_table(table, axes=axes, csv_path=staging / "table.csv", md_path=staging / "table.md")
     num_seeds = len({item.seed for item in runs})
-    plot_comparison(table, axes=axes, num_seeds=num_seeds, title=title, path=staging / "comparison.png")
-    if all(item.accuracy_per_round for item in runs):
-        write_curves_csv(runs, axes=axes, path=staging / "curves.csv")
-        plot_accuracy_per_round(runs, axes=axes, num_seeds=num_seeds, title=title, path=staging / "accuracy_per_round.png")
+    plot_comparison(table, axes=axes, num_seeds=num_seeds, title=title, path=staging / "comparison.png", metric=metric)
+    if all(getattr(item, f"{metric}_per_round") for item in runs):
+        write_curves_csv(runs, axes=axes, path=staging / "curves.csv", metric=metric)
+        name = "mse_per_round.png" if metric == "loss" else "accuracy_per_round.png"
+        plot_accuracy_per_round(runs, axes=axes, num_seeds=num_seeds, title=title, path=staging / name, metric=metric)
     if _attacked(runs):
         plot_attack_vs_accuracy(table, axes=axes, title=title, path=staging / "attack_vs_accuracy.png")
 
 
-def write_curves_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
-    """``curves.csv``: one row per run and round (axis labels, ``seed``, ``round`` 1-based, ``accuracy``)."""
+def write_curves_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path, metric: str = "accuracy") -> None:
+    """``curves.csv``: one row per run and round (axis labels, ``seed``, ``round`` 1-based, then ``accuracy``, or
+    ``loss`` (the test MSE) for a regression task)."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*axes, "seed", "round", "accuracy"])
+        writer.writerow([*axes, "seed", "round", metric])
         for item in runs:
-            for round_number, accuracy in enumerate(item.accuracy_per_round, start=1):
-                writer.writerow([*(item.labels[a] for a in axes), item.seed, round_number, repr(accuracy)])
+            for round_number, value in enumerate(getattr(item, f"{metric}_per_round"), start=1):
+                writer.writerow([*(item.labels[a] for a in axes), item.seed, round_number, repr(value)])
 
 
 def write_runs_csv(runs: Sequence[SweepRun], *, axes: Sequence[str], path: Path) -> None:
     """``runs.csv``: one row per run (axis labels, then ``RUN_COLUMNS``, then ``ATTACK_RUN_COLUMNS`` in an attacked
-    sweep; empty cells for no DP guarantee or no image to score)."""
+    sweep; empty cells for no DP guarantee, no image to score or no accuracy (a regression task))."""
     columns = (*RUN_COLUMNS, *(ATTACK_RUN_COLUMNS if _attacked(runs) else ()))
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow([*axes, *columns])
         for item in runs:
             values = [getattr(item, column) for column in columns]
-            writer.writerow([*(item.labels[a] for a in axes), *("" if v is None else repr(v) for v in values)])
+            writer.writerow([*(item.labels[a] for a in axes), *("" if v is None or v != v else repr(v) for v in values)])
 
 
 def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
@@ -372,13 +418,15 @@ def read_runs_csv(path: Path) -> tuple[list[str], list[SweepRun]]:
         labels, values = row[: len(axes)], row[len(axes):]
         fields = dict(zip(columns, values))
         number = {k: None if v == "" else float(v) for k, v in fields.items() if k != "seed"}
+        number["accuracy"] = math.nan if number["accuracy"] is None else number["accuracy"]  # a regression task's
         runs.append(SweepRun(labels=dict(zip(axes, labels)), seed=int(fields["seed"]), **number))
     return axes, runs
 
 
 def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_path: Path, md_path: Path) -> None:
-    """``table.csv`` (full precision) and ``table.md`` (accuracy as mean ± std, 4 decimals; no spread where a
-    combination has one seed; attack PSNR in dB and success rate where the sweep attacked)."""
+    """``table.csv`` (full precision; empty cells for what a run does not have) and ``table.md`` (accuracy, or the
+    test MSE of a regression task, as mean ± std, 4 decimals; no spread where a combination has one seed; attack
+    PSNR in dB and success rate where the sweep attacked)."""
     attacked = bool(table) and ATTACK_TABLE_COLUMNS[0] in table[0]
     columns = (*TABLE_COLUMNS, *(ATTACK_TABLE_COLUMNS if attacked else ()))
     with csv_path.open("w", newline="") as handle:
@@ -386,17 +434,19 @@ def write_table(table: Sequence[Mapping[str, Any]], *, axes: Sequence[str], csv_
         writer.writerow([*axes, *columns])
         for row in table:
             writer.writerow(["" if row[c] is None else row[c] for c in (*axes, *columns)])
-    spread = any(row["accuracy_std"] is not None for row in table)
+    metric, heading = ("loss", "test MSE") if all(row["accuracy_mean"] is None for row in table) else ("accuracy", "accuracy")
+    spread = any(row[f"{metric}_std"] is not None for row in table)
     extra = ["attack PSNR (dB)", "attack SSIM", "attack success"] if attacked else []
     lines = [
-        "| " + " | ".join([*axes, "accuracy (mean ± std)" if spread else "accuracy", "seeds", "epsilon (mean)", *extra]) + " |",
+        "| " + " | ".join([*axes, f"{heading} (mean ± std)" if spread else heading, "seeds", "epsilon (mean)", *extra]) + " |",
         "|" + "---|" * (len(axes) + 3 + len(extra)),
     ]
     for row in table:
         eps = "-" if row["epsilon_mean"] is None or not math.isfinite(row["epsilon_mean"]) else f"{row['epsilon_mean']:.3g}"
-        accuracy = f"{row['accuracy_mean']:.4f}" + ("" if row["accuracy_std"] is None else f" ± {row['accuracy_std']:.4f}")
+        mean, std = row[f"{metric}_mean"], row[f"{metric}_std"]
+        result = ("-" if mean is None else f"{mean:.4f}") + ("" if std is None else f" ± {std:.4f}")
         cells = [_cell(row[c], spec) for c, spec in zip(ATTACK_TABLE_COLUMNS, (".1f", ".3f", ".0%"))] if attacked else []
-        lines.append("| " + " | ".join([*(row[a] for a in axes), accuracy, str(row["seeds"]), eps, *cells]) + " |")
+        lines.append("| " + " | ".join([*(row[a] for a in axes), result, str(row["seeds"]), eps, *cells]) + " |")
     md_path.write_text("\n".join(lines) + "\n")
 
 
@@ -417,4 +467,4 @@ def rebuild_accountant(result: Any) -> Any:
     return accountant
 
 
-__all__ = ["Grid", "SweepResult", "SweepRun", "load_grid", "read_runs_csv", "rebuild_accountant", "summarise", "sweep"]
+__all__ = ["Grid", "SweepResult", "SweepRun", "load_grid", "read_runs_csv", "rebuild_accountant", "regression", "summarise", "sweep"]

@@ -1,4 +1,4 @@
-"""Plots of a personalised grid (see ``simulator.experiments.dprivacy_grid``)."""
+"""Plots of a sweep of personalised runs (see :mod:`simulator.experiments.personalised_report`)."""
 from __future__ import annotations
 
 import csv
@@ -52,7 +52,8 @@ def plot_leakage_per_nu(runs: Sequence[GridRun], *, title: str, path: Path) -> N
     if keys:
         ax.boxplot([cells[key] for key in keys])
         ax.set_xticks(range(1, len(keys) + 1), [f"nu {nu:g}\nk {k}" for nu, k in keys])
-        ax.set_yscale("log")
+        if any(value > 0 for key in keys for value in cells[key]):  # clients that never participated leak 0
+            ax.set_yscale("log")
     ax.set(ylabel="total leakage per client", title=f"{title}: leakage per client (sum over participations)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
