@@ -1,7 +1,9 @@
 """The ``privsilo`` command line: run, attack, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
-an interrupted run exits with 130. Neither leaves a half-written output directory. Every command imports what
+an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
+gets a new directory, and a finished result in ``--out`` is replaced only with ``--overwrite``
+(:mod:`simulator.output_dirs`). Every command imports what
 it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplotlib.
 """
 from __future__ import annotations
