@@ -1,18 +1,22 @@
 """The ``privsilo`` command line: run, attack, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
-an interrupted run exits with 130. Neither leaves a half-written output directory. Every command imports what
+an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
+gets a new directory, and a finished result in ``--out`` is replaced only with ``--overwrite``
+(:mod:`simulator.output_dirs`). Every command imports what
 it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplotlib.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.invocation import privsilo_version
+from simulator.output_dirs import RUNS_ROOT, new_directory, refuse_finished, removed_if_unused
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -20,24 +24,26 @@ EXIT_INTERRUPTED = 130
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.")
-    parser.add_argument("--version", action="version", version=f"privsilo {_version()}")
+    parser.add_argument("--version", action="version", version=f"privsilo {privsilo_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a scenario and write its results")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
-    run.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>)")
+    _add_output_options(run, default="runs/<scenario name>/<UTC time>")
+    run.add_argument("--log", action="append", default=[], metavar="TRACKER",
+                     help="also write each round's metrics for this tracker: tensorboard (into <out>/tensorboard/)")
     _add_overrides(run, help="override a scenario key (repeatable)")
     _add_ray_options(run)
 
     attack = commands.add_parser("attack", help="run a scenario's gradient-inversion attack (attack: block) and score it")
     attack.add_argument("scenario", type=Path, help="scenario YAML file (its attack: block; defaults where absent)")
-    attack.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<scenario name>_attack)")
+    _add_output_options(attack, default="runs/<scenario name>_attack/<UTC time>")
     _add_overrides(attack, help="override a scenario key (repeatable)")
     _add_ray_options(attack)
 
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
-    sweep.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<grid name>)")
+    _add_output_options(sweep, default="the latest unfinished sweep in runs/<grid name>/, else runs/<grid name>/<UTC time>")
     sweep.add_argument("--seeds", default=None, metavar="N|S1,S2,...", help="run seeds 0..N-1, or the listed seeds, instead of the grid's seeds")
     _add_overrides(sweep, help="override a key of the base scenario (repeatable)")
     sweep.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]", help="run only these labels of an axis (repeatable)")
@@ -63,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_output_options(command: argparse.ArgumentParser, *, default: str) -> None:
+    """--out and --overwrite (see :mod:`simulator.output_dirs`)."""
+    command.add_argument("--out", type=Path, default=None, help=f"output directory (default: {default})")
+    command.add_argument("--overwrite", action="store_true", help="replace a finished result in --out (refused without this)")
+
+
 def _add_overrides(command: argparse.ArgumentParser, *, help: str | None) -> None:
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help)
 
@@ -73,25 +85,32 @@ def _add_ray_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("privsilo")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed: no package metadata; pip install -e .)"
+@contextmanager
+def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file: str) -> Iterator[Path]:
+    """``--out``, refused if it holds ``finished_file`` (without ``--overwrite``), or a new
+    ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
+    if args.out is not None:
+        refuse_finished(args.out, finished_file, overwrite=args.overwrite)
+        yield args.out
+        return
+    with removed_if_unused(new_directory(default_parent)) as out:
+        yield out
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.scenario import resolve_scenario
+    from simulator.tracking import check_trackers
 
     scenario = resolve_scenario(args.scenario, args.overrides)  # a bad file fails before torch and Ray load
+    check_trackers(args.log)
     from simulator.engine import run
-    from simulator.reports import privacy_line
+    from simulator.invocation import invocation
+    from simulator.reports import result_line
 
-    out = args.out or Path("runs") / scenario.name
-    result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
-    final = result.final
-    privacy = privacy_line(result.privacy, mechanism=scenario.mechanism.name)
-    print(f"{scenario.name}: {final['rounds']} rounds, test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}; {privacy}")
+    with _output_dir(args, default_parent=RUNS_ROOT / scenario.name, finished_file="summary.json") as out:
+        result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress, log=args.log,
+                     invocation=invocation(args.argv, args.overrides))
+    print(result_line(result))
     print(f"results written to {out}")
     return 0
 
@@ -106,8 +125,8 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     check_targets_fit(scenario, scenario_dataset(scenario.data, seed=scenario.seed))
     from simulator.attacks.runner import attack
 
-    out = args.out or Path("runs") / f"{scenario.name}_attack"
-    report = attack(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", finished_file="attack.json") as out:
+        report = attack(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
     print(report.headline())
     print(f"results written to {out}")
     return 0
@@ -116,6 +135,8 @@ def _cmd_attack(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.experiments.sweep import sweep
 
+    if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
+        refuse_finished(args.out, "runs.csv", overwrite=args.overwrite)
     result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, address=args.address, progress=not args.no_progress)
     print(result.headline())
     print((result.out_dir / "table.md").read_text(), end="")
@@ -205,7 +226,9 @@ COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "sweep": _cmd_sweep, "merge"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    args.argv = ["privsilo", *argv]
     try:
         return COMMANDS[args.command](args)
     except PrivsiloError as exc:

@@ -48,16 +48,23 @@ def run(
     address: str | None = None,
     overrides: list[str] | None = None,
     progress: bool = False,
+    log: Sequence[str] = (),
+    invocation: Mapping[str, Any] | None = None,
 ) -> RunResult:
-    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given."""
+    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
+    with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
+    summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`)."""
+    from simulator.invocation import invocation as api_invocation
     from simulator.reports import write_run
+    from simulator.tracking import check_trackers
 
+    check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
     if address:
         scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
     result = _run(scenario, progress=progress)
     if out_dir is not None:
-        write_run(result, Path(out_dir))
+        write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
 
 

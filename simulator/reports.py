@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import matplotlib
 
@@ -52,11 +52,15 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         shutil.rmtree(previous, ignore_errors=True)
 
 
-def write_run(result: RunResult, out_dir: Path) -> None:
-    """Write every output file of a run into ``out_dir`` (atomically)."""
+def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any] | None = None, log: Sequence[str] = ()) -> None:
+    """Write every output file of a run into ``out_dir`` (atomically); ``invocation`` goes into summary.json (see
+    :mod:`simulator.invocation`), ``log`` names the trackers to write for (see :mod:`simulator.tracking`)."""
+    from simulator.tracking import write_tracking
+
     with atomic_directory(out_dir) as staging:
         write_metrics_csv(result, staging / "metrics.csv")
-        (staging / "summary.json").write_text(json.dumps(summary(result), indent=2, allow_nan=False) + "\n")
+        (staging / "summary.json").write_text(json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n")
+        write_tracking(result, staging, log)
         plot_metrics(result, staging / "metrics.png")
         if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
             plot_privacy(result, staging / "privacy.png")
@@ -73,8 +77,10 @@ def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
-def summary(result: RunResult) -> dict[str, Any]:
-    """The content of summary.json."""
+def summary(result: RunResult, *, invocation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The content of summary.json; ``invocation`` defaults to a Python API call's (no command line, no overrides)."""
+    from simulator.invocation import invocation as api_invocation
+
     extras = {} if result.users is None else {"users": dict(result.users)}
     personalised = result.personalisation
     if personalised is not None:  # the history and the hypotheses have their own files
@@ -92,6 +98,7 @@ def summary(result: RunResult) -> dict[str, Any]:
              "gpu_ids": list(p.gpu_ids), "device": p.device}
             for p in result.placement
         ],
+        "invocation": dict(invocation) if invocation is not None else api_invocation(None, None),
     }
 
 
@@ -113,6 +120,18 @@ def _randomness(scenario: Scenario) -> dict[str, Any]:
     else:
         source = "derived from the seed: anyone who knows it can replay every silo's sampling and noise"
     return {"secure_rng": secure, "bit_reproducible": not secure, "silo_sampling_and_noise": source}
+
+
+def result_line(result: RunResult) -> str:
+    """``privsilo run``'s result line: rounds, the task's test metric (accuracy and loss; for regression, where
+    accuracy is NaN, the test MSE, which is the loss), then :func:`privacy_line`."""
+    final = result.final
+    if math.isnan(final["accuracy"]):
+        metric = f"test MSE {final['loss']:.4f}"
+    else:
+        metric = f"test accuracy {final['accuracy']:.4f}, loss {final['loss']:.4f}"
+    privacy = privacy_line(result.privacy, mechanism=result.scenario.mechanism.name)
+    return f"{result.scenario.name}: {final['rounds']} rounds, {metric}; {privacy}"
 
 
 def privacy_line(privacy: Mapping[str, Any], *, mechanism: str = "none") -> str:

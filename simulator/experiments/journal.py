@@ -23,6 +23,7 @@ from simulator.scenario import Scenario
 
 RUNS_FILE = "runs.jsonl"
 RECORDS_FILE = "rpdp_records.npz"
+UNFINISHED_SUFFIX = ".unfinished"
 
 
 def scenario_key(scenario: Scenario) -> str:
@@ -36,7 +37,7 @@ class SweepJournal:
 
     def __init__(self, out_dir: Path) -> None:
         out_dir = Path(out_dir).expanduser().resolve()
-        self.path = out_dir.with_name(f"{out_dir.name}.unfinished")
+        self.path = out_dir.with_name(f"{out_dir.name}{UNFINISHED_SUFFIX}")
 
     def load_runs(self) -> dict[str, dict[str, Any]]:
         """``{scenario key: run fields}``; a line cut short by a crash is ignored."""
@@ -85,4 +86,13 @@ class SweepJournal:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-__all__ = ["SweepJournal", "scenario_key"]
+def latest_unfinished(parent: Path) -> Path | None:
+    """The output directory of the most recently journaled unfinished sweep in ``parent``, or None."""
+    journals = [path for path in parent.glob(f"*{UNFINISHED_SUFFIX}") if path.is_dir()]
+    if not journals:
+        return None
+    latest = max(journals, key=lambda path: path.stat().st_mtime)
+    return latest.with_name(latest.name.removesuffix(UNFINISHED_SUFFIX))
+
+
+__all__ = ["SweepJournal", "latest_unfinished", "scenario_key"]

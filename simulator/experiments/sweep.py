@@ -42,8 +42,9 @@ from tqdm.auto import tqdm
 from mechanisms.registry import mechanism_class
 from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.output_dirs import RUNS_ROOT, new_directory, removed_if_unused
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
-from simulator.experiments.journal import SweepJournal, scenario_key
+from simulator.experiments.journal import SweepJournal, latest_unfinished, scenario_key
 from simulator.experiments.results import SweepRun
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
@@ -200,12 +201,24 @@ def sweep(
     address: str | None = None,
     progress: bool = False,
 ) -> SweepResult:
-    """Run every combination x seed of a grid file and write the tables and plots to ``out_dir``."""
-    from simulator.engine import resources_needed, run
-
+    """Run every combination x seed of a grid file and write the tables and plots to ``out_dir`` (default: the
+    latest unfinished sweep of the grid in ``runs/<grid name>/``, else a new ``runs/<grid name>/<UTC time>``,
+    see :mod:`simulator.output_dirs`)."""
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or (), only=only)
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
-    out = Path(out_dir) if out_dir is not None else Path("runs") / grid.name
+    if out_dir is not None:
+        return _sweep_into(grid, jobs, Path(out_dir), address=address, progress=progress)
+    parent = RUNS_ROOT / grid.name  # resume the latest unfinished sweep of this grid, else start a new directory
+    out = latest_unfinished(parent) or new_directory(parent)
+    with removed_if_unused(out):
+        return _sweep_into(grid, jobs, out, address=address, progress=progress)
+
+
+def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], out: Path, *, address: str | None,
+                progress: bool) -> SweepResult:
+    """Run the jobs (labels, seed, scenario) that ``out``'s journal lacks and write the outputs to ``out``."""
+    from simulator.engine import resources_needed, run
+
     journal = SweepJournal(out)
     finished = journal.load_runs()
     keys = [scenario_key(scenario) for _, _, scenario in jobs]
