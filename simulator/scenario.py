@@ -11,6 +11,7 @@ never rename a key. This module loads neither torch nor Ray (``privsilo validate
 from __future__ import annotations
 
 import copy
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
 from simulator.errors import ScenarioError, ScenarioFileError
 
 if TYPE_CHECKING:
@@ -68,6 +70,40 @@ class ModelConfig(_Block):
     """`logistic_regression`; `linear_regression` (one bias-free linear output, for `synthetic_linear` only, which needs it); `mlp` (2 hidden layers of 200); `mlp_128` (1 hidden layer of 128); `cnn` (McMahan et al. 2017 2-layer CNN; images only); `small_cnn` (the 21,840-parameter CNN of the ULDP-FL and PLDP-FL papers; images of at least 14x14); `lenet` (the DLG LeNet; images only)."""
 
 
+class ServerOptimizerConfig(_Block):
+    """``federation.server_optimizer``: an optimiser applied to the aggregate (FedOpt, Reddi et al. 2021, Algorithm 2;
+    see mechanisms.server_optimizers). Keys the named optimiser does not use must be absent (or null)."""
+
+    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
+    """`sgd` (x + lr Delta, Delta = aggregate - global model), `momentum` (FedAvgM: m = beta1 m + Delta, x + lr m), `adagrad`, `adam` or `yogi` (FedAdagrad / FedAdam / FedYogi: x + lr m / (sqrt(v) + tau))."""
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Server learning rate; `null`: 1 for `sgd` (with 1, exactly FedAvg) and `momentum`, 0.01 for `adagrad`, `adam` and `yogi` (tune it with tau, as the paper does)."""
+    beta1: float | None = Field(None, ge=0, lt=1)
+    """Momentum (`momentum`) or first-moment decay (`adagrad`, `adam`, `yogi`) beta1 in [0, 1); `null`: 0.9. Not for `sgd`."""
+    beta2: float | None = Field(None, ge=0, lt=1)
+    """Second-moment decay beta2 in [0, 1) of `adam` and `yogi`; `null`: 0.99."""
+    tau: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Adaptivity tau > 0 of `adagrad`, `adam` and `yogi` (v starts at tau^2); `null`: 0.001."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_of_the_named_optimizer(cls, data: Any) -> Any:
+        """Fill in the defaults of the keys the named optimiser uses; refuse a key it does not use."""
+        if not isinstance(data, dict) or data.get("name") not in SERVER_OPTIMIZERS:
+            return data
+        name = data["name"]
+        uses = SERVER_OPTIMIZERS[name].uses
+        for key in sorted(set(DEFAULT_SETTINGS) - set(uses)):
+            if data.get(key) is not None:
+                raise ValueError(f"{key}: server optimizer '{name}' does not use it (it takes lr{''.join(', ' + k for k in uses)}); remove it")
+        given = {key: value for key, value in data.items() if value is not None}
+        return {"lr": DEFAULT_LR[name], **{key: DEFAULT_SETTINGS[key] for key in uses}, **given}
+
+    def build(self) -> ServerOptimizer:
+        """A fresh optimiser with these settings (no state yet)."""
+        return SERVER_OPTIMIZERS[self.name](**self.model_dump(exclude={"name"}, exclude_none=True))
+
+
 class FederationConfig(_Block):
     rounds: int = Field(10, ge=1)
     """Rounds T."""
@@ -79,6 +115,10 @@ class FederationConfig(_Block):
     """Batch size; for DP-SGD the *expected* Poisson batch size (q = batch_size / silo records) or, with `mechanism.sampling_rate`, only the public divisor of the noisy sum; for rpdp the public divisor of the noisy sum (rates come from the budgets)."""
     lr: float = Field(0.1, gt=0)
     """Local learning rate."""
+    server_optimizer: ServerOptimizerConfig | None = None
+    """The server's optimiser on the aggregate (FedOpt): the `federation.server_optimizer.*` keys; absent: the mechanism's aggregate is the next global model (FedAvg). Refused where the aggregate is not the global model plus an update (`pldp` with `perturb: weights`)."""
+    proximal_mu: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """FedProx's mu (Li et al. 2020): every local step also descends mu/2 ||w - w_global||^2 (in DP-SGD added after clipping and noise); 0: plain local training. Refused where local training takes no step from the global model (`uldp` variant `sgd`)."""
 
 
 class ProtocolConfig(_Block):
@@ -218,6 +258,11 @@ class Scenario(_Block):
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
+        federation = raw["federation"]
+        # Without a server optimiser or FedProx a scenario keeps the form (and journal hash) it had before they existed.
+        for key, absent in (("server_optimizer", None), ("proximal_mu", 0.0)):
+            if federation[key] == absent:
+                del federation[key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
@@ -397,6 +442,7 @@ def _check_consistency(scenario: Scenario) -> None:
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
     _check_mechanism_fits(scenario, num_classes=info.num_classes, feature_shape=info.feature_shape)
+    _check_optimisation(scenario)
     _check_protocol(scenario)
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
@@ -423,6 +469,18 @@ def _check_mechanism_fits(scenario: Scenario, *, num_classes: int, feature_shape
     except ValueError as exc:
         key, _, problem = str(exc).partition(": ")
         raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
+
+
+def _check_optimisation(scenario: Scenario) -> None:
+    """The server optimiser and FedProx against the mechanism's parameters."""
+    federation, params, name = scenario.federation, scenario.mechanism.params, scenario.mechanism.name
+    optimizer = federation.server_optimizer
+    if optimizer is not None and (reason := params.server_optimizer_refusal()):
+        raise ScenarioError("federation.server_optimizer.name", optimizer.name, f"not with mechanism '{name}': {reason}")
+    if federation.proximal_mu > 0 and (reason := params.proximal_term_refusal()):
+        raise ScenarioError("federation.proximal_mu", federation.proximal_mu, f"not with mechanism '{name}': {reason}")
+
+
 def _check_task(scenario: Scenario, *, kind: str) -> None:
     """Regression data, its model and mechanism; ``data.rotations``."""
     data, model = scenario.data, scenario.model.name
@@ -526,7 +584,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
     for part in loc:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        # an optional block (``Block | None``) is its block
+        blocks = [a for a in (annotation, *typing.get_args(annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not blocks:
             return []
-        model = annotation
+        model = blocks[0]
     return sorted(model.model_fields)
