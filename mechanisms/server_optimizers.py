@@ -132,7 +132,7 @@ class Yogi(ExponentialAdaptive):
 SERVER_OPTIMIZERS: dict[str, type[ServerOptimizer]] = {
     "sgd": Sgd, "momentum": Momentum, "adagrad": Adagrad, "adam": Adam, "yogi": Yogi,
 }
-# Defaults: lr 1 keeps FedAvg (sgd) and FedAvgM's usual server step; the adaptive optimisers need a smaller lr (the
-# paper tunes lr and tau per task). beta1 = 0.9 and beta2 = 0.99 are the values the paper fixes.
-DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adagrad": 0.01, "adam": 0.01, "yogi": 0.01}
+# Defaults: lr 1 keeps FedAvg (sgd) and FedAvgM's usual server step; the adaptive optimisers step about lr per
+# coordinate, so they need a smaller one (0.1; the paper tunes lr and tau per task). beta1 = 0.9 and beta2 = 0.99 are the values the paper fixes.
+DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "adagrad": 0.1, "adam": 0.1, "yogi": 0.1}
 DEFAULT_SETTINGS = {"beta1": 0.9, "beta2": 0.99, "tau": 1e-3}

@@ -77,7 +77,7 @@ class ServerOptimizerConfig(_Block):
     name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
     """`sgd` (x + lr Delta, Delta = aggregate - global model), `momentum` (FedAvgM: m = beta1 m + Delta, x + lr m), `adagrad`, `adam` or `yogi` (FedAdagrad / FedAdam / FedYogi: x + lr m / (sqrt(v) + tau))."""
     lr: float | None = Field(None, gt=0, allow_inf_nan=False)
-    """Server learning rate; `null`: 1 for `sgd` (with 1, exactly FedAvg) and `momentum`, 0.01 for `adagrad`, `adam` and `yogi` (tune it with tau, as the paper does)."""
+    """Server learning rate; `null`: 1 for `sgd` (with 1, exactly FedAvg) and `momentum`, 0.1 for `adagrad`, `adam` and `yogi` (tune it with tau, as the paper does)."""
     beta1: float | None = Field(None, ge=0, lt=1)
     """Momentum (`momentum`) or first-moment decay (`adagrad`, `adam`, `yogi`) beta1 in [0, 1); `null`: 0.9. Not for `sgd`."""
     beta2: float | None = Field(None, ge=0, lt=1)

@@ -118,7 +118,7 @@ def test_an_absent_block_and_zero_mu_keep_the_scenario_form():
 def test_defaults_are_filled_per_optimizer_and_round_trip():
     fed = small_scenario()["federation"]
     adam = validate_scenario(small_scenario(federation={**fed, "server_optimizer": {"name": "adam"}}))
-    assert adam.to_dict()["federation"]["server_optimizer"] == {"name": "adam", "lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001}
+    assert adam.to_dict()["federation"]["server_optimizer"] == {"name": "adam", "lr": 0.1, "beta1": 0.9, "beta2": 0.99, "tau": 0.001}
     sgd = validate_scenario(small_scenario(federation={**fed, "server_optimizer": {"name": "sgd"}}))
     assert sgd.federation.server_optimizer.lr == 1.0 and sgd.federation.server_optimizer.beta1 is None
     for scenario in (adam, sgd):
