@@ -171,3 +171,12 @@ def test_meaningful_combinations_are_accepted():
                            "data": {"users": {"count": 10}}, "protocol": {"secure_aggregation": True}})
     validate_scenario({"mechanism": {"name": "uldp", "variant": "group", "group_k": 2}, "federation": adam, "data": {"users": {"count": 10}}})
     validate_scenario({"mechanism": {"name": "rpdp"}, "federation": adam})
+
+
+def test_the_scenario_reference_lists_the_new_keys():
+    from simulator.scenario_reference import scenario_reference_markdown
+
+    reference = scenario_reference_markdown()
+    for key in ("proximal_mu", "server_optimizer.name", "server_optimizer.lr", "server_optimizer.beta1",
+                "server_optimizer.beta2", "server_optimizer.tau"):
+        assert f"| `federation.{key}` |" in reference, key
