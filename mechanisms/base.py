@@ -77,16 +77,28 @@ class MechanismParams(BaseModel):
         """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list
         with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``."""
 
+    def server_optimizer_refusal(self) -> str | None:
+        """Why a server optimiser (``federation.server_optimizer``) is not meaningful with these parameters, or
+        None: it needs an aggregate that is the old global state plus an update (see mechanisms.server_optimizers)."""
+        return None
+
+    def proximal_term_refusal(self) -> str | None:
+        """Why FedProx's proximal term (``federation.proximal_mu`` > 0) is not meaningful with these parameters, or
+        None: it needs local training that takes steps from the global model (see mechanisms.proximal)."""
+        return None
+
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau)."""
+    """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau,
+    FedProx's mu: see :mod:`mechanisms.proximal`)."""
 
     local_steps: int
     batch_size: int
     lr: float
     rounds: int
     client_rate: float
+    proximal_mu: float = 0.0
 
 
 @dataclass(frozen=True)

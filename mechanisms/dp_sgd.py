@@ -76,9 +76,12 @@ def noisy_local_training(
     max_grad_norm: float,
     divisor: float | None = None,
 ) -> None:
-    """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record)."""
+    """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record), from the
+    global model ``context.model`` holds; with ``proximal_mu`` > 0 each step also descends FedProx's term."""
     from mechanisms.per_sample import noisy_sgd_step
+    from mechanisms.proximal import ProximalTerm
 
+    proximal = ProximalTerm.at(context.model, context.training.proximal_mu)
     for _ in range(context.training.local_steps):
         noisy_sgd_step(
             context.model,
@@ -90,6 +93,7 @@ def noisy_local_training(
             lr=context.training.lr,
             generator=context.generator,
             divisor=divisor,
+            proximal=proximal,
         )
 
 

@@ -18,6 +18,7 @@ from mechanisms.base import (
     model_to_vector,
     prediction_loss,
 )
+from mechanisms.proximal import ProximalTerm
 
 if TYPE_CHECKING:
     import torch
@@ -33,13 +34,16 @@ def local_sgd(
 ) -> tuple[np.ndarray, float]:
     """Mini-batch SGD from ``start`` on ``records`` (indices into the silo's data; default all of them): by default
     ``local_steps`` steps, each batch drawn without replacement from the silo's generator (McMahan et al. 2017);
-    with ``epochs`` E instead E passes, each a fresh permutation cut into batches of ``batch_size``. Returns the
-    model delta and the mean training loss; ``records`` must not be empty."""
+    with ``epochs`` E instead E passes, each a fresh permutation cut into batches of ``batch_size``. With
+    ``proximal_mu`` > 0 every step also descends FedProx's proximal term (:mod:`mechanisms.proximal`). Returns
+    the model delta and the mean training loss (of the data, without the proximal term); ``records`` must not
+    be empty."""
     import torch  # not at the top of the module: see mechanisms.registry
 
     ctx = context
     load_vector_into_model(ctx.model, start)
     ctx.model.train()
+    proximal = ProximalTerm.at(ctx.model, ctx.training.proximal_mu)
     pool = torch.arange(ctx.labels.shape[0], device=ctx.device) if records is None else records
     batch = min(ctx.training.batch_size, len(pool))
     losses = []
@@ -48,6 +52,9 @@ def local_sgd(
         ctx.model.zero_grad(set_to_none=True)
         loss.backward()
         with torch.no_grad():
+            if proximal is not None:
+                for p, pull in zip(ctx.model.parameters(), proximal.gradients(list(ctx.model.parameters()))):
+                    p.grad.add_(pull)
             for p in ctx.model.parameters():
                 p.add_(p.grad, alpha=-ctx.training.lr)
         losses.append(loss.item())

@@ -25,6 +25,7 @@ from torch.func import functional_call, grad, vmap
 
 from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
 from mechanisms.fast_clipping import supports_fast_clipping
+from mechanisms.proximal import ProximalTerm
 
 
 def per_sample_obstacles(model: torch.nn.Module) -> list[str]:
@@ -129,13 +130,15 @@ def noisy_sgd_step(
     lr: float,
     generator: torch.Generator,
     divisor: float | None = None,
+    proximal: ProximalTerm | None = None,
 ) -> None:
     """One DP-SGD step in place: Poisson-sample, clip, add ``N(0, (sigma C)^2)``, normalise, descend.
 
     Record ``j`` is included with probability ``rates`` (a scalar, or one rate per record as in rPDP-FL
     Algorithm 1). The noisy clipped sum is divided by ``divisor`` or, by default, by the *expected* batch size
     ``sum_j q_j`` (``q n`` for a scalar rate), which does not depend on which records were drawn. An empty
-    draw still adds noise.
+    draw still adds noise. ``proximal`` (FedProx) adds its data-independent gradient after the noise, so the step
+    stays a post-processing of the noisy sum.
     """
     num_records = labels.shape[0]
     expected_batch = float(rates) * num_records if isinstance(rates, float) else float(rates.sum())
@@ -146,6 +149,9 @@ def noisy_sgd_step(
     idx = poisson_sample(num_records=num_records, rates=rates, generator=generator).to(features.device)
     clipped = clipped_gradient_sum(model, features=features[idx], labels=labels[idx], max_grad_norm=max_grad_norm)
     noise = gaussian_noise_like(clipped, std=noise_multiplier * max_grad_norm, generator=generator)
+    pulls = [None] * len(clipped) if proximal is None else proximal.gradients(list(model.parameters()))
     with torch.no_grad():
-        for p, g, z in zip(model.parameters(), clipped, noise):
+        for p, g, z, pull in zip(model.parameters(), clipped, noise, pulls):
             p.add_(g + z, alpha=-lr / divisor)
+            if pull is not None:
+                p.add_(pull, alpha=-lr)

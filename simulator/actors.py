@@ -4,7 +4,8 @@
 The server coordinates: it samples the round's participants (client-level Poisson sampling with rate
 ``client_rate``; a round with fewer than ``protocol.min_participants`` sampled silos is skipped), broadcasts,
 collects the silos' protected contributions, lets the protocol combine them, applies the mechanism's
-aggregation and evaluates. Protocol set-up stages are relayed through the server.
+aggregation (then the scenario's server optimiser, if any: :mod:`mechanisms.server_optimizers`) and evaluates.
+Protocol set-up stages are relayed through the server.
 """
 from __future__ import annotations
 
@@ -209,6 +210,8 @@ class ServerActor:
         ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
         # the scenario refuses secure aggregation for these, so the protocol is plain summation
         self.individual = type(mechanism).needs_individual_contributions
+        optimizer = scenario.federation.server_optimizer
+        self.optimizer = None if optimizer is None else optimizer.build()
         self.inbox: dict[int, Any] = {}
 
     def setup(self) -> dict[str, float]:
@@ -253,11 +256,13 @@ class ServerActor:
             if self.individual:
                 vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=participants)
                 combine_seconds = time.perf_counter() - combining
-                self.state = self.mechanism.aggregate_individual(self.state, vectors)
+                aggregate = self.mechanism.aggregate_individual(self.state, vectors)
             else:
                 total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
                 combine_seconds = time.perf_counter() - combining
-                self.state = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
+                aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
+            # the server optimiser post-processes the aggregate (mechanisms.server_optimizers)
+            self.state = aggregate if self.optimizer is None else self.optimizer.step(self.state, aggregate)
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
         return RoundReport(

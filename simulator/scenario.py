@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, 
 
 from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
 from simulator.errors import ScenarioError, ScenarioFileError
 
 if TYPE_CHECKING:
@@ -100,6 +101,40 @@ class ModelConfig(_Block):
         )
 
 
+class ServerOptimizerConfig(_Block):
+    """``federation.server_optimizer``: an optimiser applied to the aggregate (FedOpt, Reddi et al. 2021, Algorithm 2;
+    see mechanisms.server_optimizers). Keys the named optimiser does not use must be absent (or null)."""
+
+    name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
+    """`sgd` (x + lr Delta, Delta = aggregate - global model), `momentum` (FedAvgM: m = beta1 m + Delta, x + lr m), `adagrad`, `adam` or `yogi` (FedAdagrad / FedAdam / FedYogi: x + lr m / (sqrt(v) + tau))."""
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Server learning rate; `null`: 1 for `sgd` (with 1, exactly FedAvg) and `momentum`, 0.1 for `adagrad`, `adam` and `yogi` (tune it with tau, as the paper does)."""
+    beta1: float | None = Field(None, ge=0, lt=1)
+    """Momentum (`momentum`) or first-moment decay (`adagrad`, `adam`, `yogi`) beta1 in [0, 1); `null`: 0.9. Not for `sgd`."""
+    beta2: float | None = Field(None, ge=0, lt=1)
+    """Second-moment decay beta2 in [0, 1) of `adam` and `yogi`; `null`: 0.99."""
+    tau: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Adaptivity tau > 0 of `adagrad`, `adam` and `yogi` (v starts at tau^2); `null`: 0.001."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_of_the_named_optimizer(cls, data: Any) -> Any:
+        """Fill in the defaults of the keys the named optimiser uses; refuse a key it does not use."""
+        if not isinstance(data, dict) or data.get("name") not in SERVER_OPTIMIZERS:
+            return data
+        name = data["name"]
+        uses = SERVER_OPTIMIZERS[name].uses
+        for key in sorted(set(DEFAULT_SETTINGS) - set(uses)):
+            if data.get(key) is not None:
+                raise ValueError(f"{key}: server optimizer '{name}' does not use it (it takes lr{''.join(', ' + k for k in uses)}); remove it")
+        given = {key: value for key, value in data.items() if value is not None}
+        return {"lr": DEFAULT_LR[name], **{key: DEFAULT_SETTINGS[key] for key in uses}, **given}
+
+    def build(self) -> ServerOptimizer:
+        """A fresh optimiser with these settings (no state yet)."""
+        return SERVER_OPTIMIZERS[self.name](**self.model_dump(exclude={"name"}, exclude_none=True))
+
+
 class FederationConfig(_Block):
     rounds: int = Field(10, ge=1)
     """Rounds T."""
@@ -111,6 +146,10 @@ class FederationConfig(_Block):
     """Batch size; for DP-SGD the *expected* Poisson batch size (q = batch_size / silo records) or, with `mechanism.sampling_rate`, only the public divisor of the noisy sum; for rpdp the public divisor of the noisy sum (rates come from the budgets)."""
     lr: float = Field(0.1, gt=0)
     """Local learning rate."""
+    server_optimizer: ServerOptimizerConfig | None = None
+    """The server's optimiser on the aggregate (FedOpt): the `federation.server_optimizer.*` keys; absent: the mechanism's aggregate is the next global model (FedAvg). Refused where the aggregate is not the global model plus an update (`pldp` with `perturb: weights`)."""
+    proximal_mu: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """FedProx's mu (Li et al. 2020): every local step also descends mu/2 ||w - w_global||^2 (in DP-SGD added after clipping and noise); 0: plain local training. Refused where local training takes no step from the global model (`uldp` variant `sgd`)."""
 
 
 class ProtocolConfig(_Block):
@@ -253,6 +292,11 @@ class Scenario(_Block):
         for block in ("data", "model"):  # without kwargs a scenario keeps the form (and journal hash) it had before them
             if not raw[block]["kwargs"]:
                 del raw[block]["kwargs"]
+        federation = raw["federation"]
+        # Without a server optimiser or FedProx a scenario keeps the form (and journal hash) it had before they existed.
+        for key, absent in (("server_optimizer", None), ("proximal_mu", 0.0)):
+            if federation[key] == absent:
+                del federation[key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
@@ -434,6 +478,7 @@ def _check_consistency(scenario: Scenario) -> None:
     if scenario.protocol.secure_aggregation and mechanism.needs_individual_contributions:
         raise ScenarioError("protocol.secure_aggregation", True, f"mechanism '{mechanism.name}' needs individual updates; set it to false")
     _check_mechanism_fits(scenario, num_parameters=num_parameters)
+    _check_optimisation(scenario)
     _check_protocol(scenario)
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
@@ -523,6 +568,18 @@ def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
     except ValueError as exc:
         key, _, problem = str(exc).partition(": ")
         raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
+
+
+def _check_optimisation(scenario: Scenario) -> None:
+    """The server optimiser and FedProx against the mechanism's parameters."""
+    federation, params, name = scenario.federation, scenario.mechanism.params, scenario.mechanism.name
+    optimizer = federation.server_optimizer
+    if optimizer is not None and (reason := params.server_optimizer_refusal()):
+        raise ScenarioError("federation.server_optimizer.name", optimizer.name, f"not with mechanism '{name}': {reason}")
+    if federation.proximal_mu > 0 and (reason := params.proximal_term_refusal()):
+        raise ScenarioError("federation.proximal_mu", federation.proximal_mu, f"not with mechanism '{name}': {reason}")
+
+
 def _check_task(scenario: Scenario, *, kind: str) -> None:
     """Regression data, its model and mechanism; ``data.rotations``."""
     from simulator.models import MODELS

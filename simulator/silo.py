@@ -81,7 +81,8 @@ class Silo:
             labels=torch.tensor(labels, device=device),
             model=build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes).to(device),
             training=LocalTraining(
-                local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate
+                local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate,
+                proximal_mu=fed.proximal_mu,
             ),
             generator=torch.Generator().manual_seed(spec.seed),
             device=device,

@@ -65,6 +65,15 @@ class PldpParams(MechanismParams):
                 "(or 'all')"
             )
 
+    def server_optimizer_refusal(self) -> str | None:
+        if self.perturb == "weights":
+            return (
+                "perturb 'weights' averages model weights clipped into the safe ranges and perturbed, not "
+                "updates: an optimiser step on them can leave the safe ranges, and the clients' clipping then undoes "
+                "it; use mechanism.perturb: update"
+            )
+        return None
+
     def client(self, client: int) -> ClientPerturbation:
         """Client (silo) ``client``'s PDPM parameters."""
         return ClientPerturbation(

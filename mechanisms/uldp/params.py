@@ -99,3 +99,11 @@ class UldpParams(MechanismParams):
     def needs_secure_aggregation(self) -> bool:
         """AVG, AVG-w and SGD split the noise across silos (sigma C / sqrt|S| each): safe only for the sum."""
         return self.variant in ("avg", "avg_w", "sgd")
+
+    def proximal_term_refusal(self) -> str | None:
+        if self.variant == "sgd":
+            return (
+                "variant 'sgd' uploads one gradient per user taken at the global model, where the proximal "
+                "term's gradient mu (w - w_t) is 0: it would change nothing; use variant avg, avg_w, naive or group"
+            )
+        return None

@@ -96,7 +96,8 @@ class PerUserSilo(_UldpSilo):
         if self.variant is Variant.SGD:  # one full-batch gradient per user: minus the delta of one step at lr 1
             rows = -train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=1, lr=1.0)
         else:
-            rows = train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=ctx.training.local_steps, lr=ctx.training.lr)
+            rows = train_users(ctx.model, features=ctx.features, labels=ctx.labels, groups=groups, steps=ctx.training.local_steps,
+                               lr=ctx.training.lr, mu=ctx.training.proximal_mu)
         return self.users[active], clip_rows(rows.double(), self.params.max_grad_norm)
 
     def weighted_sum(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:

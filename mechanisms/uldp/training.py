@@ -1,7 +1,9 @@
 """Per-user local training of ULDP-AVG / AVG-w / SGD (Kato et al., Algorithm 3, lines 9-15 and 21-23).
 
 Each user of a silo trains its own copy of the model from ``x_t`` on that user's records only: ``steps`` epochs
-of full-batch gradient descent on the user's records (mean cross-entropy, learning rate ``lr``). All users of a
+of full-batch gradient descent on the user's records (mean cross-entropy, learning rate ``lr``; with ``mu`` > 0
+plus FedProx's proximal term ``mu/2 ||w - x_t||^2``, Li et al. 2020, whose gradient ``mu (w - x_t)`` involves no
+record, and the user's delta is clipped after training as before). All users of a
 silo train at once: their parameters are stacked along a leading user axis and ``torch.func.vmap`` maps
 ``grad(functional_call(model, ...))`` over users, each with its own padded batch and a 0/1 mask. Users are
 bucketed by the next power of two of their record count, so padding at most doubles the work (small silos:
@@ -52,12 +54,13 @@ def _buckets(groups: Sequence[torch.Tensor]) -> list[list[int]]:
 
 
 def train_users(
-    model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, groups: Sequence[torch.Tensor], steps: int, lr: float
+    model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, groups: Sequence[torch.Tensor], steps: int, lr: float,
+    mu: float = 0.0,
 ) -> torch.Tensor:
     """``(len(groups), d)`` model deltas ``x^{s,u} - x_t``, one per user; ``groups[u]`` indexes user ``u``'s
     records (at least one). ``model`` holds ``x_t`` and is left unchanged. Vectorised when the model allows."""
     if not can_vectorise(model):
-        return train_users_loop(model, features=features, labels=labels, groups=groups, steps=steps, lr=lr)
+        return train_users_loop(model, features=features, labels=labels, groups=groups, steps=steps, lr=lr, mu=mu)
     names = [name for name, _ in model.named_parameters()]
     start = {name: p.detach() for name, p in model.named_parameters()}
     step_grad = vmap(grad(_masked_mean_loss(model)))
@@ -71,16 +74,19 @@ def train_users(
             mask[row, : len(groups[user])] = 1
         x, y = features[index], labels[index]
         params = {name: p.expand(len(bucket), *p.shape).clone() for name, p in start.items()}
+        stacked_start = {name: p.expand(len(bucket), *p.shape) for name, p in start.items()}
         for _ in range(steps):
             grads = step_grad(params, x, y, mask.to(next(iter(params.values())).dtype))
+            if mu:
+                grads = {name: grads[name] + mu * (params[name] - stacked_start[name]) for name in names}
             params = {name: params[name] - lr * grads[name] for name in names}
-        stacked_start = {name: p.expand(len(bucket), *p.shape) for name, p in start.items()}
         out[bucket] = _flat(params, names, len(bucket)) - _flat(stacked_start, names, len(bucket))
     return out
 
 
 def train_users_loop(
-    model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, groups: Sequence[torch.Tensor], steps: int, lr: float
+    model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, groups: Sequence[torch.Tensor], steps: int, lr: float,
+    mu: float = 0.0,
 ) -> torch.Tensor:
     """The user-by-user form of :func:`train_users` (plain autograd, one model copy per user)."""
     start = [p.detach().clone() for p in model.parameters()]
@@ -91,6 +97,8 @@ def train_users_loop(
         for _ in range(steps):
             loss = torch.nn.functional.cross_entropy(model(features[records]), labels[records])
             gradients = torch.autograd.grad(loss, list(model.parameters()))
+            if mu:
+                gradients = [g + mu * (p.detach() - a) for g, p, a in zip(gradients, model.parameters(), start)]
             with torch.no_grad():
                 for p, g in zip(model.parameters(), gradients):
                     p.sub_(lr * g)
