@@ -7,9 +7,9 @@ Every accountant in privsilo (``dp_sgd``'s, rPDP-FL's, ULDP-FL's user-level and 
 * **integer orders** are exact: ``A_a - 1`` is a finite sum of positive terms, summed in log space, so no
   cancellation can occur at any order, noise or rate (Opacus' fractional-order series, used at orders such as
   ``beta * 2^c`` by group privacy, returns negative or NaN values from orders near 50 at sigma >= 8);
-* **fractional orders** use the two series of Mironov et al. 2019, Sec. 3.3. Each value must lie between the
-  exact values at the neighbouring integer orders (Renyi divergence is non-decreasing in the order); a value that
-  does not is an error, never an epsilon;
+* **fractional orders** use the two series of Mironov et al. 2019, Sec. 3.3. Each value must lie within the bounds
+  the exact integer orders put on it (``(a - 1) rho(a)`` is convex in ``a`` and ``rho`` non-decreasing); a value
+  that does not is an error, never an epsilon;
 * :func:`check_rdp_curve` refuses any curve with a NaN, a negative value or a value that decreases from one order
   to the next (beyond rounding), which every valid RDP curve, composed or not, satisfies.
 
@@ -97,19 +97,33 @@ def _integer_rdp(rates: np.ndarray, sigma: float, order: int) -> np.ndarray:
 
 
 def _fractional_rdp(rates: np.ndarray, sigma: float, order: float) -> np.ndarray:
-    """One-step RDP at fractional ``order`` for rates in (0, 1), checked to lie between its integer neighbours."""
-    value = _log_a_fractional(rates, sigma, order) / (order - 1.0)
-    below = _integer_rdp(rates, sigma, math.floor(order))
-    above = _integer_rdp(rates, sigma, math.ceil(order))
-    slack = _ROUNDING * above + 1e-15
-    broken = ~np.isfinite(value) | (value < below - slack) | (value > above + slack)
+    """One-step RDP at fractional ``order`` for rates in (0, 1), checked against the exact integer orders.
+
+    ``G(a) = (a - 1) rho(a)`` is a log-moment-generating function, hence convex in ``a``, with ``G(1) = 0``. Between
+    integers ``n < a < n + 1`` it therefore lies below the chord from ``n`` to ``n + 1`` and above the secant lines
+    through ``(n - 1, n)`` and ``(n + 1, n + 2)`` extended to ``a``, and ``rho`` is non-decreasing. A series value
+    outside these exact bounds (beyond rounding) is an error; one just below them is raised to them.
+    """
+    n = math.floor(order)
+
+    def g(k: int) -> np.ndarray:
+        return (k - 1.0) * _integer_rdp(rates, sigma, k)
+
+    g_n, g_next = g(n), g(n + 1)
+    upper = g_n + (order - n) * (g_next - g_n)
+    lower = np.maximum((order - 1.0) * _integer_rdp(rates, sigma, n), g_next + (order - n - 1.0) * (g(n + 2) - g_next))
+    if n >= 2:
+        lower = np.maximum(lower, g_n + (order - n) * (g_n - g(n - 1)))
+    value = _log_a_fractional(rates, sigma, order)  # G(a) = log A_a(q)
+    slack = _ROUNDING * np.abs(upper) + 1e-14
+    broken = ~np.isfinite(value) | (value < lower - slack) | (value > upper + slack)
     if broken.any():
         q = rates[broken][0]
         raise RdpError(
-            f"RDP series at order {order} (q={q}, sigma={sigma}) gave {value[broken][0]!r}, outside the exact "
-            f"values at orders {math.floor(order)} and {math.ceil(order)}; refusing to report an epsilon"
+            f"RDP series at order {order} (q={q}, sigma={sigma}) gave {value[broken][0] / (order - 1.0)!r}, outside the "
+            f"bounds the exact integer orders {n - 1}..{n + 2} put on it; refusing to report an epsilon"
         )
-    return np.maximum(value, below)  # rounding below the exact lower neighbour (e.g. -1e-26) is raised to it
+    return np.maximum(value, lower) / (order - 1.0)
 
 
 def poisson_gaussian_rdp(rates: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:

@@ -147,11 +147,22 @@ def test_possible_curves_pass() -> None:
     assert epsilon_from_rdp(np.array([2.0, 3.0]), np.array([np.inf, np.inf]), DELTA) == (math.inf, pytest.approx(math.nan, nan_ok=True))
 
 
-def test_a_broken_fractional_series_is_refused(monkeypatch) -> None:
-    """A fractional-order value outside the exact values at its integer neighbours is an error, not an epsilon."""
-    monkeypatch.setattr(mechanisms.rdp, "_log_a_fractional", lambda q, sigma, order: np.full(q.shape, -0.1))
-    with pytest.raises(RdpError, match="order 2.5"):
-        poisson_gaussian_rdp(np.array([0.1]), 10.0, np.array([2.5]))
+@pytest.mark.parametrize("factor", [-1.0, 0.5, 1.5])
+def test_a_broken_fractional_series_is_refused(monkeypatch, factor) -> None:
+    """A fractional-order value outside the bounds the exact integer orders put on it (convexity of (a-1) rho(a)
+    and monotonicity of rho) is an error, not an epsilon: a negative value, half and one and a half times the
+    true one at order 5.5 (q = 0.1, sigma = 2)."""
+    series = mechanisms.rdp._log_a_fractional
+    monkeypatch.setattr(mechanisms.rdp, "_log_a_fractional", lambda q, sigma, order: factor * series(q, sigma, order))
+    with pytest.raises(RdpError, match="order 5.5"):
+        poisson_gaussian_rdp(np.array([0.1]), 2.0, np.array([5.5]))
+
+
+def test_no_spurious_refusal_at_the_default_orders() -> None:
+    orders = np.array([order for order in DEFAULT_ORDERS if not float(order).is_integer()])
+    rates = np.array([1e-9, 1e-6, 1e-3, 0.05, 0.3, 0.7, 0.99, 1 - 1e-9])
+    for sigma in (0.1, 0.3, 1.0, 3.0, 10.0, 100.0):
+        assert np.all(poisson_gaussian_rdp(rates, sigma, orders) >= 0.0)
 
 
 def _dp_sgd_epsilon() -> float:
