@@ -56,6 +56,11 @@ class MechanismParams(BaseModel):
         """True where silos clip each record's gradient (DP-SGD): the model must allow per-record gradients."""
         return False
 
+    def needs_independent_records(self) -> bool:
+        """True where a record's or a user's clipped contribution must not depend on the other records of its
+        batch: the model must not mix records (probed on users' models)."""
+        return self.clips_record_gradients()
+
     def needs_secure_aggregation(self) -> bool:
         """True where the guarantee holds only for the sum of the silos' uploads (e.g. noise split across silos)."""
         return False

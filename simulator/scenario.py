@@ -532,7 +532,7 @@ def _check_model(scenario: Scenario, info: DatasetInfo) -> int:
 def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
     import torch
 
-    from mechanisms.per_sample import per_sample_obstacles
+    from simulator.model_checks import model_problem
     from simulator.models import build_scenario_model
     from simulator.user_code import UserCodeError
 
@@ -552,10 +552,11 @@ def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
                             f"dataset '{scenario.data.dataset}' needs (batch, {want[1]})")
     if not any(p.requires_grad for p in built.parameters()):
         raise ScenarioError("model.name", name, "has no trainable parameters")
-    obstacles = per_sample_obstacles(built) if scenario.mechanism.params.clips_record_gradients() else []
-    if obstacles:
-        raise ScenarioError("model.name", name, f"mechanism '{scenario.mechanism.name}' clips each record's gradient, "
-                            f"which {obstacles[0]}")
+    params = scenario.mechanism.params
+    problem = model_problem(built, feature_shape=info.feature_shape, independent_records=params.needs_independent_records(),
+                            clips_record_gradients=params.clips_record_gradients())
+    if problem:
+        raise ScenarioError("model.name", name, f"with mechanism '{scenario.mechanism.name}': {problem}")
     return sum(p.numel() for p in built.parameters())
 
 

@@ -118,6 +118,54 @@ def test_bad_models_and_datasets_name_the_field(overrides, field, words) -> None
     assert words in line, line
 
 
+class _MixesRecords(torch.nn.Module):
+    """No parameters, no buffers: centres each feature over the batch (functional batch normalisation)."""
+
+    def forward(self, x):
+        return x - x.mean(dim=0, keepdim=True)
+
+
+def mixing_mlp(*, feature_shape, num_classes):
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(feature_shape)), 8), _MixesRecords(),
+                               torch.nn.ReLU(), torch.nn.Linear(8, num_classes))
+
+
+class _GlobalDropout(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, 0.5, training=self.training)
+
+
+def global_dropout_mlp(*, feature_shape, num_classes):
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(feature_shape)), 8), _GlobalDropout(),
+                               torch.nn.Linear(8, num_classes))
+
+
+def frozen_mlp(*, feature_shape, num_classes):
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(feature_shape)), 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, num_classes))
+    model[1].requires_grad_(False)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("factory", "mechanism", "words"),
+    [
+        ("mixing_mlp", "{name: dp_sgd}", "mixes the records"),
+        ("mixing_mlp", "{name: uldp}", "mixes the records"),
+        ("global_dropout_mlp", "{name: none}", "different outputs for the same inputs"),
+        ("frozen_mlp", "{name: none}", "frozen parameters"),
+    ],
+)
+def test_models_that_break_clipping_or_determinism_are_refused(factory, mechanism, words) -> None:
+    """Found by a review: parameterless layers that mix records passed a check by layer type, and functional
+    dropout or frozen parameters failed only inside the run."""
+    extra = ["--set=data.users={count: 20}"] if "uldp" in mechanism else []
+    proc = privsilo_cli("validate", str(EXAMPLE), f"--set=model.name=tests.test_user_code:{factory}", "--set=model.kwargs={}",
+                        f"--set=mechanism={mechanism}", *extra)
+    line = one_error_line(proc)
+    assert line.startswith("privsilo: error: model.name: ") and words in line, line
+
+
 def test_batchnorm_is_fine_without_per_record_clipping() -> None:
     proc = privsilo_cli("validate", str(EXAMPLE), "--set=model.name=examples.wine_csv.model:tabular_mlp_with_batchnorm",
                         "--set=mechanism={name: none}", "--set=protocol.secure_aggregation=false")

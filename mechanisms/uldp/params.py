@@ -40,6 +40,10 @@ class UldpParams(MechanismParams):
         """GROUP-k runs record-level DP-SGD; the other variants clip per-user model deltas."""
         return self.variant == "group"
 
+    def needs_independent_records(self) -> bool:
+        """Every variant: per-user deltas are trained in batches padded and shared across users (vmap)."""
+        return True
+
     @field_validator("group_k")
     @classmethod
     def _check_group_k(cls, value: int | str) -> int | str:
