@@ -28,29 +28,6 @@ from mechanisms.fast_clipping import supports_fast_clipping
 from mechanisms.proximal import ProximalTerm
 
 
-def per_sample_obstacles(model: torch.nn.Module) -> list[str]:
-    """Why per-record gradients of ``model`` cannot be taken, one reason per offending layer (empty: they can).
-
-    privsilo computes them for ``nn.Linear`` and ``nn.Conv2d`` directly (:mod:`mechanisms.fast_clipping`) and for any
-    other layer through ``torch.func`` (e.g. ``LayerNorm``, ``GroupNorm``, ``Embedding``, ``Conv1d``), provided the
-    layer treats each record on its own and draws no randomness: BatchNorm mixes the records of a batch (Opacus
-    refuses it for the same reason), Dropout draws from torch's global generator rather than the silo's, and a
-    layer with buffers carries state from batch to batch.
-    """
-    reasons = []
-    for name, module in model.named_modules():
-        where = f"layer '{name}' ({type(module).__name__})" if name else type(module).__name__
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            reasons.append(f"{where} makes impossible: batch normalisation mixes the records of a batch, so one "
-                           "record's gradient depends on the others (use GroupNorm or LayerNorm)")
-        elif isinstance(module, torch.nn.modules.dropout._DropoutNd):
-            reasons.append(f"{where} makes impossible: dropout draws from torch's global generator, not the silo's "
-                           "seeded one (remove it; DP noise regularises)")
-        elif any(True for _ in module.buffers(recurse=False)):
-            reasons.append(f"{where} makes impossible: its buffers carry state from batch to batch")
-    return reasons
-
-
 def poisson_sample(*, num_records: int, rates: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Indices of the records kept by independent Bernoulli(rates) draws (Poisson sampling).
 

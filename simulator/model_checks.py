@@ -6,7 +6,9 @@ deterministic in training mode (a layer drawing from torch's global generator, e
 update (:meth:`~mechanisms.base.MechanismParams.needs_independent_records`): a record's outputs must not depend
 on the other records of its batch, which is probed by changing one record of a batch, whatever the layers that
 might mix them (BatchNorm, ``F.batch_norm``, ``x - x.mean(0)``); and, for per-record clipping, no layer type
-whose per-record gradients cannot be taken (:func:`mechanisms.per_sample.per_sample_obstacles`).
+whose per-record gradients cannot be taken: one with buffers, which carry state from batch to batch (privsilo
+computes per-record gradients for ``nn.Linear`` and ``nn.Conv2d`` directly and for every other layer through
+``torch.func``, e.g. ``LayerNorm``, ``GroupNorm``, ``Embedding``, ``Conv1d``).
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ PROBE_RECORDS = 3
 def model_problem(model: torch.nn.Module, *, feature_shape: tuple[int, ...], independent_records: bool,
                   clips_record_gradients: bool) -> str | None:
     """Why ``model`` cannot be used (one phrase), or None."""
-    from mechanisms.per_sample import per_sample_obstacles
-
+    if not any(True for _ in model.parameters()):
+        return "has no trainable parameters"
     frozen = [name for name, parameter in model.named_parameters() if not parameter.requires_grad]
     if frozen:
         return f"has frozen parameters ({', '.join(frozen[:3])}); every parameter is trained, so give the model only trainable ones"
@@ -40,7 +42,8 @@ def model_problem(model: torch.nn.Module, *, feature_shape: tuple[int, ...], ind
     if independent_records and not torch.allclose(first[:-1], other[:-1], rtol=1e-5, atol=1e-6):
         return ("mixes the records of a batch (a record's outputs change when another record does, e.g. batch "
                 "normalisation), so one record's or user's update depends on others and clipping it bounds nothing")
-    obstacles = per_sample_obstacles(model) if clips_record_gradients else []
-    if obstacles:
-        return f"cannot give the per-record gradients the mechanism clips: {obstacles[0]}"
+    with_buffers = [name or type(module).__name__ for name, module in model.named_modules() if any(True for _ in module.buffers(recurse=False))]
+    if clips_record_gradients and with_buffers:
+        return (f"cannot give the per-record gradients the mechanism clips: layer '{with_buffers[0]}' keeps buffers, "
+                "state carried from batch to batch")
     return None

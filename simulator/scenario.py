@@ -72,6 +72,22 @@ class DataConfig(_Block):
         """The dataset object or loader ``privsilo.run(dataset=...)`` attached (None for names and import strings)."""
         return self._source
 
+    @property
+    def builtin(self) -> bool:
+        """True for one of privsilo's own datasets (not a user's loader, registered name or object)."""
+        from simulator.data import DATASETS
+
+        return self._source is None and self.dataset in DATASETS
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: str) -> str:
+        from simulator.data import DATASETS
+        from simulator.user_code import check_name
+
+        check_name("dataset", value, sorted(DATASETS))
+        return value
+
 
 class ModelConfig(_Block):
     name: str = "logistic_regression"
@@ -85,20 +101,21 @@ class ModelConfig(_Block):
         """The model factory object ``privsilo.run(model=...)`` attached (None for names and import strings)."""
         return self._factory
 
+    @property
+    def builtin(self) -> bool:
+        """True for one of privsilo's own models (not a user's factory, registered name or object)."""
+        from simulator.models import MODELS
+
+        return self._factory is None and self.name in MODELS
+
     @field_validator("name")
     @classmethod
     def _known_model(cls, value: str) -> str:
         from simulator.models import MODELS
-        from simulator.user_code import is_import_string, registered
+        from simulator.user_code import check_name
 
-        if value in MODELS or is_import_string(value) or value in registered("model"):
-            return value
-        others = sorted(registered("model"))
-        raise ValueError(
-            f"allowed: {', '.join(MODELS)}"
-            + (f", the registered {', '.join(others)}" if others else "")
-            + ", or your own factory as 'package.module:factory'"
-        )
+        check_name("model", value, MODELS)
+        return value
 
 
 class ServerOptimizerConfig(_Block):
@@ -493,19 +510,13 @@ def _check_consistency(scenario: Scenario) -> None:
 
 def _dataset_info(scenario: Scenario) -> DatasetInfo:
     """The dataset's registry entry, or a user's dataset loaded and checked (its problems name ``data.dataset``)."""
-    from simulator.data import DATASETS
     from simulator.data.sources import scenario_dataset_info
-    from simulator.user_code import UserCodeError, is_import_string, registered
+    from simulator.user_code import UserCodeError
 
     data = scenario.data
-    builtin = data.source is None and data.dataset in DATASETS
-    if data.source is None and not builtin and not is_import_string(data.dataset) and data.dataset not in registered("dataset"):
-        others = sorted(registered("dataset"))
-        raise ScenarioError("data.dataset", data.dataset, f"allowed: {', '.join(sorted(DATASETS))}"
-                            + (f", the registered {', '.join(others)}" if others else "") + ", or your own loader as 'package.module:loader'")
-    if builtin and data.kwargs:
+    if data.builtin and data.kwargs:
         raise ScenarioError("data.kwargs", data.kwargs, f"built-in dataset '{data.dataset}' takes no kwargs (they are for your own loader)")
-    if not builtin and data.path is not None:
+    if not data.builtin and data.path is not None:
         raise ScenarioError("data.path", data.path, "is for built-in datasets read from files; pass your loader a path in data.kwargs")
     try:
         return scenario_dataset_info(data, seed=scenario.seed)
@@ -517,10 +528,10 @@ def _check_model(scenario: Scenario, info: DatasetInfo) -> int:
     """The model against the data and the mechanism; returns its number of parameters d. A built-in model is
     checked without torch; a user's is built once (on zeros: its outputs must be (batch, classes)) and, for
     mechanisms that clip per-record gradients, searched for layers that make them impossible."""
-    from simulator.models import MODELS, model_supports, parameter_count
+    from simulator.models import model_supports, parameter_count
 
     model = scenario.model
-    if model.factory is None and model.name in MODELS:
+    if model.builtin:
         if model.kwargs:
             raise ScenarioError("model.kwargs", model.kwargs, f"built-in model '{model.name}' takes no kwargs (they are for your own factory)")
         if not model_supports(model.name, info.feature_shape):
@@ -550,8 +561,6 @@ def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
     if tuple(outputs.shape) != want:
         raise ScenarioError("model.name", name, f"maps a batch of 2 records to outputs shaped {tuple(outputs.shape)}; "
                             f"dataset '{scenario.data.dataset}' needs (batch, {want[1]})")
-    if not any(p.requires_grad for p in built.parameters()):
-        raise ScenarioError("model.name", name, "has no trainable parameters")
     params = scenario.mechanism.params
     problem = model_problem(built, feature_shape=info.feature_shape, independent_records=params.needs_independent_records(),
                             clips_record_gradients=params.clips_record_gradients())
@@ -583,11 +592,8 @@ def _check_optimisation(scenario: Scenario) -> None:
 
 def _check_task(scenario: Scenario, *, kind: str) -> None:
     """Regression data, its model and mechanism; ``data.rotations``."""
-    from simulator.models import MODELS
-
     data, model = scenario.data, scenario.model.name
-    builtin = scenario.model.factory is None and model in MODELS
-    if kind == "regression" and builtin and model != "linear_regression":
+    if kind == "regression" and scenario.model.builtin and model != "linear_regression":
         raise ScenarioError("model.name", model, f"dataset '{data.dataset}' has real-valued targets; use linear_regression")
     if kind != "regression" and model == "linear_regression":
         raise ScenarioError("model.name", model, f"linear_regression is for regression datasets (synthetic_linear), not '{data.dataset}'")

@@ -14,7 +14,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 GROUPS = {"model": "privsilo.models", "dataset": "privsilo.datasets"}
 _IMPORT_STRING = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -27,6 +27,17 @@ class UserCodeError(ValueError):
 def is_import_string(name: str) -> bool:
     """True for ``package.module:callable`` (dotted module, colon, dotted attribute path)."""
     return bool(_IMPORT_STRING.fullmatch(name))
+
+
+def check_name(kind: str, name: str, builtins: Sequence[str]) -> None:
+    """Raise ValueError ("allowed: ...") unless ``name`` is built in, registered for ``kind`` or an import string
+    (whether the import string resolves is checked when it is used)."""
+    if name in builtins or is_import_string(name) or name in registered(kind):
+        return
+    others = sorted(registered(kind))
+    raise ValueError(f"allowed: {', '.join(builtins)}" + (f", the registered {', '.join(others)}" if others else "")
+                     + f", or your own {'factory' if kind == 'model' else 'loader'} as 'package.module:"
+                     + f"{'factory' if kind == 'model' else 'loader'}'")
 
 
 def registered(kind: str) -> dict[str, importlib.metadata.EntryPoint]:

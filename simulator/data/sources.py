@@ -24,16 +24,16 @@ from simulator.user_code import UserCodeError, call_with, resolve
 
 
 def scenario_dataset(data: Any, *, seed: int) -> Dataset:
-    """The dataset of a scenario's ``data`` block (``DataConfig``: ``dataset``, ``path``, ``silos``, ``kwargs`` and the
-    ``source`` object ``privsilo.run(dataset=...)`` attaches)."""
-    if data.source is None and data.dataset in DATASETS:
+    """The dataset of a scenario's ``data`` block (``DataConfig``: ``builtin``, ``dataset``, ``path``, ``silos``,
+    ``kwargs`` and the ``source`` object ``privsilo.run(dataset=...)`` attaches)."""
+    if data.builtin:
         return load_dataset(data.dataset, path=data.path, seed=seed, silos=data.silos)
     return user_dataset(data.dataset, data.source, kwargs=data.kwargs, seed=seed)
 
 
 def scenario_dataset_info(data: Any, *, seed: int) -> DatasetInfo:
     """What validation knows of a scenario's dataset: a built-in's registry entry, or a user dataset loaded."""
-    if data.source is None and data.dataset in DATASETS:
+    if data.builtin:
         return DATASETS[data.dataset]
     return user_dataset_info(scenario_dataset(data, seed=seed))
 
