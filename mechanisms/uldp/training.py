@@ -18,6 +18,8 @@ from typing import Sequence
 import torch
 from torch.func import functional_call, grad, vmap
 
+from mechanisms.proximal import ProximalTerm
+
 _ONE_BUCKET_SLACK = 4096  # padded records
 _UNVECTORISABLE = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.Dropout)
 
@@ -90,6 +92,7 @@ def train_users_loop(
 ) -> torch.Tensor:
     """The user-by-user form of :func:`train_users` (plain autograd, one model copy per user)."""
     start = [p.detach().clone() for p in model.parameters()]
+    proximal = ProximalTerm.at(model, mu)
     deltas = []
     for records in groups:
         for p, s in zip(model.parameters(), start):
@@ -97,8 +100,8 @@ def train_users_loop(
         for _ in range(steps):
             loss = torch.nn.functional.cross_entropy(model(features[records]), labels[records])
             gradients = torch.autograd.grad(loss, list(model.parameters()))
-            if mu:
-                gradients = [g + mu * (p.detach() - a) for g, p, a in zip(gradients, model.parameters(), start)]
+            if proximal is not None:
+                gradients = [g + pull for g, pull in zip(gradients, proximal.gradients(list(model.parameters())))]
             with torch.no_grad():
                 for p, g in zip(model.parameters(), gradients):
                     p.sub_(lr * g)
