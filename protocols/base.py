@@ -11,10 +11,21 @@ Setup, once::
         replies = {i: silos[i].setup_reply(stage, inbound.get(i)) for i in silos}
         inbound = server.relay(stage, replies)
 
-Then every round, with the participants ``P`` sampled by the server *before* local training::
+Then every round, with the participants ``P`` sampled by the server *before* local training (``alive``: the
+silos that have not crashed yet; a silo may crash at any step, and the protocol must finish with the others)::
 
-    messages = {i: silos[i].protect(vector_i, round_index=r, participants=P) for i in P}
-    total = server.combine(messages, round_index=r, participants=P)
+    server.begin_round(round_index=r, participants=P)
+    for stage in server.round_stages:                      # e.g. per-round key agreement
+        replies = {i: silos[i].round_reply(stage, inbound.get(i), round_index=r) for i in alive}
+        inbound = server.round_relay(stage, replies, round_index=r)
+    messages = {i: silos[i].protect(vector_i, round_index=r, participants=P) for i in alive}
+    requests = server.unmask_requests(messages, round_index=r)          # {}: nothing to ask
+    replies = {i: silos[i].unmask_reply(requests[i], round_index=r) for i in requests if i in alive}
+    total = server.combine(messages, round_index=r, participants=tuple(sorted(messages)), unmasking=replies)
+
+``combine`` returns the sum of the vectors of every silo whose upload arrived (``participants``), or raises
+``RoundAbandoned`` when the survivors cannot recover it (e.g. fewer than a secret-sharing threshold); it never
+returns a wrong sum.
 
 Protocol objects are stateful per silo (or per server) but hold no global state, and draw every random value
 from a cryptographic source of their own; they import no Ray.
@@ -32,6 +43,10 @@ class ProtocolStateError(RuntimeError):
     """A protocol step was called out of order or with messages/participants it cannot accept."""
 
 
+class RoundAbandoned(RuntimeError):
+    """Too few silos survived a round for the server to recover the sum of the uploads; the round has no result."""
+
+
 class SiloProtocol(ABC):
     """Silo side of an aggregation protocol."""
 
@@ -47,11 +62,34 @@ class SiloProtocol(ABC):
     def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> object:
         """Return the message that carries this silo's float64 vector to the server for summation."""
 
+    def round_reply(self, stage: enum.Enum, inbound: object | None, *, round_index: int) -> object | None:
+        """Handle one of the server's ``round_stages`` of round ``round_index`` (protocols without any never get
+        this call)."""
+        raise ProtocolStateError(f"{type(self).__name__} has no per-round stages, got {stage!r}")
+
+    def unmask_reply(self, request: object, *, round_index: int) -> object | None:
+        """Answer the server's request after the uploads of round ``round_index`` (protocols whose
+        ``unmask_requests`` is always empty never get this call)."""
+        raise ProtocolStateError(f"{type(self).__name__} has no unmasking step")
+
 
 class ServerProtocol(ABC):
     """Server side of an aggregation protocol."""
 
     setup_stages: ClassVar[tuple[enum.Enum, ...]]
+    round_stages: ClassVar[tuple[enum.Enum, ...]] = ()
+    """Stages run at the start of every round, after ``begin_round`` and before the uploads."""
+
+    def begin_round(self, *, round_index: int, participants: tuple[int, ...]) -> None:
+        """Start round ``round_index`` with the sampled ``participants`` (before any ``round_stages``)."""
+
+    def round_relay(self, stage: enum.Enum, inbound: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
+        """Given the replies of the participants still present to ``stage``, return the message for each silo."""
+        raise ProtocolStateError(f"{type(self).__name__} has no per-round stages, got {stage!r}")
+
+    def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
+        """Given the uploads that arrived, what each silo must send back before ``combine`` (default: nothing)."""
+        return {}
 
     @abstractmethod
     def relay(self, stage: enum.Enum, inbound: Mapping[int, object]) -> Mapping[int, object]:
@@ -59,9 +97,15 @@ class ServerProtocol(ABC):
 
     @abstractmethod
     def combine(
-        self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
+        self,
+        messages: Mapping[int, object],
+        *,
+        round_index: int,
+        participants: tuple[int, ...],
+        unmasking: Mapping[int, object] | None = None,
     ) -> np.ndarray:
-        """Return the float64 sum of the participants' vectors."""
+        """Return the float64 sum of the vectors of ``participants`` (the silos whose upload arrived), given the
+        replies to ``unmask_requests``; raise ``RoundAbandoned`` if it cannot be recovered."""
 
 
 class RoundMessage(Protocol):

@@ -62,9 +62,14 @@ class PlainSumServer(ServerProtocol):
         raise ProtocolStateError(f"plain summation has no setup stages, got {stage!r}")
 
     def combine(
-        self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
+        self,
+        messages: Mapping[int, object],
+        *,
+        round_index: int,
+        participants: tuple[int, ...],
+        unmasking: Mapping[int, object] | None = None,
     ) -> np.ndarray:
-        """Return the float64 sum of the participants' ``PlainVector`` messages."""
+        """Return the float64 sum of the participants' ``PlainVector`` messages (nothing to unmask)."""
         vectors = self.vectors(messages, round_index=round_index, participants=participants)
         total = np.zeros_like(vectors[0])
         for vector in vectors:

@@ -128,7 +128,14 @@ class PwpServer(ServerProtocol):
                 raise ProtocolStateError(f"server: silo {silo} answered BUILD_TABLES with {reply!r}")
         return {}
 
-    def combine(self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]) -> np.ndarray:
+    def combine(
+        self,
+        messages: Mapping[int, object],
+        *,
+        round_index: int,
+        participants: tuple[int, ...],
+        unmasking: Mapping[int, object] | None = None,
+    ) -> np.ndarray:
         """Multiply the participants' ciphertexts (the masks cancel), decrypt, unpack the signed slots and return
         the float64 weighted sum. Raises ``EncodingOverflowError`` if a slot is beyond what honest encodings
         reach (some encoding was out of range)."""
