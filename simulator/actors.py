@@ -9,6 +9,8 @@ Protocol set-up stages are relayed through the server.
 """
 from __future__ import annotations
 
+import os
+import pickle
 import time
 from typing import Any, Mapping, Sequence
 
@@ -18,14 +20,19 @@ import torch
 
 from mechanisms.base import load_vector_into_model, prediction_loss
 from mechanisms.registry import mechanism_class
-from protocols.base import ServerProtocol
+from protocols.base import RoundAbandoned, ServerProtocol
 from protocols.plain import PlainSumServer
 from protocols.secure_aggregation import SecAggServer
+from simulator.faults import CrashPlan
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
 from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
+
+
+SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer")
+CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
 
 
 def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
@@ -63,18 +70,43 @@ def sample_participants(
     return tuple(int(i) for i in chosen)
 
 
-def _get_all(refs: list[Any]) -> list[Any]:
-    """``ray.get`` every ref, then raise the first failure. ``ray.get(refs)`` would stop at the first failure and
-    leave the others unretrieved, which Ray later prints as "unhandled error" tracebacks on the driver."""
-    results, failure = [], None
-    for ref in refs:
-        try:
-            results.append(ray.get(ref))
-        except ray.exceptions.RayTaskError as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return results
+class _WorkerCalls:
+    """One round's calls to the silo workers, and which of them died (an injected or real crash of the process).
+
+    ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them, and drops
+    the silos of a worker whose process died from the rest of the round. Every reply is retrieved before a task's
+    own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to print the others as "unhandled
+    error" tracebacks).
+    """
+
+    def __init__(self, workers: Sequence[Any], host_of: Mapping[int, int]) -> None:
+        self.workers, self.host_of = workers, host_of
+        self.crashed: set[int] = set()
+        self.dropped: set[int] = set()
+        self.updates: list[SiloUpdate] = []
+
+    def each(self, silo_ids: Sequence[int], call: Any, *, merge: bool = True) -> Any:
+        """``call(worker, ids)`` for every live worker hosting some of ``silo_ids``; the replies merged into one
+        dict (``merge``) or as a list."""
+        by_worker: dict[int, list[int]] = {}
+        for silo_id in silo_ids:
+            if silo_id not in self.dropped:
+                by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
+        refs = {w: call(self.workers[w], tuple(ids)) for w, ids in by_worker.items()}
+        replies, failure = {}, None
+        for w, ref in refs.items():
+            try:
+                replies[w] = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self.crashed.add(w)
+                self.dropped |= {silo for silo, host in self.host_of.items() if host == w}
+            except ray.exceptions.RayTaskError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        if not merge:
+            return list(replies.values())
+        return {silo: reply for batch in replies.values() for silo, reply in batch.items()}
 
 
 def _limit_threads(num_cpus: float) -> None:
@@ -93,6 +125,8 @@ class SiloWorker:
     def __init__(self, *, num_cpus: float) -> None:
         _limit_threads(num_cpus)
         self.silos: dict[int, Silo] = {}
+        self.vault: Any = None
+        self.crashes = CrashPlan()
 
     def host(
         self,
@@ -104,10 +138,14 @@ class SiloWorker:
         feature_shape: tuple[int, ...],
         num_classes: int,
         user_histogram: np.ndarray | None = None,
+        vault: Any = None,
+        crashes: CrashPlan = CrashPlan(),
     ) -> tuple[tuple[SiloInfo, ...], float]:
-        """Build the run's silos; return :meth:`info`."""
+        """Build the run's silos; return :meth:`info`. With a ``vault`` (a :class:`SnapshotVault` actor) every
+        silo writes its snapshot there after each local training, before its update leaves; ``crashes`` are the
+        hosted silos' injected crashes (:mod:`simulator.faults`)."""
         started = time.perf_counter()
-        self.silos = {}
+        self.silos, self.vault, self.crashes = {}, vault, crashes
         wants_gpu = scenario.resources.silo.num_gpus > 0
         self.device = torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
         self.gpu_fallback = wants_gpu and self.device.type == "cpu"
@@ -138,7 +176,23 @@ class SiloWorker:
 
     def release(self) -> None:
         """Drop the hosted silos (the run is over)."""
-        self.silos = {}
+        self.silos, self.vault, self.crashes = {}, None, CrashPlan()
+
+    def save_snapshots(self, silo_ids: tuple[int, ...] | None = None) -> None:
+        """Write the named hosted silos' snapshots (default: all, as after set-up, so that a silo that crashes
+        before its first upload comes back with its protocol keys) to the vault."""
+        ids = tuple(self.silos) if silo_ids is None else silo_ids
+        ray.get(self.vault.put.remote({silo_id: self.silos[silo_id].snapshot() for silo_id in ids}))
+
+    def restore_snapshots(self) -> None:
+        """Replace every hosted silo by its latest snapshot in the vault (after a restart, or to resume a run)."""
+        blobs = ray.get(self.vault.get.remote(tuple(self.silos)))
+        self.silos = {silo_id: silo.restored(blobs[silo_id]) for silo_id, silo in self.silos.items()}
+
+    def _crash_if_due(self, silo_ids: tuple[int, ...], *, round_index: int, at: str) -> None:
+        """Injected crash: the whole worker process exits at once, as a crash would (every hosted silo is lost)."""
+        if self.crashes.due(silo_ids, round_index=round_index, at=at):
+            os._exit(CRASH_EXIT_CODE)
 
     def info(self) -> tuple[tuple[SiloInfo, ...], float]:
         """Where each hosted silo runs and what it announces (raises a silo's budget refusal), and the seconds
@@ -162,9 +216,35 @@ class SiloWorker:
         """Each hosted silo's reply to a protocol set-up stage, given what the server relayed to it."""
         return {silo_id: silo.protocol.setup_reply(stage, inbound.get(silo_id)) for silo_id, silo in self.silos.items()}
 
-    def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...]) -> list[SiloUpdate]:
-        """Local training of the named hosted silos, one after another."""
-        return [self.silos[silo_id].train(broadcast) for silo_id in silo_ids]
+    def round_reply(self, stage: Any, inbound: Mapping[int, Any], *, round_index: int, first: bool) -> dict[int, Any]:
+        """The named hosted silos' replies to one of the protocol's per-round stages (``inbound``: what the server
+        relayed to each; ``first``: the round's first stage, where a ``setup`` crash happens)."""
+        if first:
+            self._crash_if_due(tuple(inbound), round_index=round_index, at="setup")
+        return {silo_id: self.silos[silo_id].protocol.round_reply(stage, message, round_index=round_index)
+                for silo_id, message in inbound.items()}
+
+    def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...], *, set_up: bool = True) -> list[SiloUpdate]:
+        """Local training of the named hosted silos, one after another; each silo's snapshot goes to the vault
+        before any update is returned (``set_up``: the round's protocol stages already ran, else a ``setup``
+        crash happens here)."""
+        round_index = broadcast.round_index
+        if not set_up:
+            self._crash_if_due(silo_ids, round_index=round_index, at="setup")
+        updates = []
+        for silo_id in silo_ids:
+            updates.append(self.silos[silo_id].train(broadcast))
+            self._crash_if_due((silo_id,), round_index=round_index, at="before_upload")
+        if self.vault is not None:
+            self.save_snapshots(silo_ids)
+        return updates
+
+    def finish_round(self, requests: Mapping[int, Any], *, round_index: int) -> dict[int, Any]:
+        """After the uploads: the named hosted silos' answers to the protocol's unmasking requests (``None``
+        where a silo is asked nothing); an ``after_upload`` crash happens here."""
+        self._crash_if_due(tuple(requests), round_index=round_index, at="after_upload")
+        return {silo_id: None if request is None else self.silos[silo_id].protocol.unmask_reply(request, round_index=round_index)
+                for silo_id, request in requests.items()}
 
 
 class ServerActor:
@@ -213,6 +293,9 @@ class ServerActor:
         optimizer = scenario.federation.server_optimizer
         self.optimizer = None if optimizer is None else optimizer.build()
         self.inbox: dict[int, Any] = {}
+        self.view: dict[Any, Any] = {}
+        # With injected crashes every round ends with a call to the uploaders (where an after_upload crash happens)
+        self.finish_always = scenario.faults.any
 
     def setup(self) -> dict[str, float]:
         """Run the protocol's set-up stages, relaying every message through this server; return the seconds spent
@@ -233,36 +316,27 @@ class ServerActor:
         return {"protocol_setup_silo_seconds": silo_seconds, "protocol_setup_server_seconds": server_seconds}
 
     def run_round(self, round_index: int) -> RoundReport:
-        """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates."""
+        """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates.
+
+        A silo whose worker process dies during the round drops out of it (with every silo of that worker): the
+        protocol finishes with the survivors, and a round whose sum cannot be recovered is abandoned (the model
+        unchanged). Only uploads that reached the server carry privacy events: a silo that crashed before
+        uploading released nothing of the round.
+        """
         start = time.perf_counter()
         participants = sample_participants(
             self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
+        self.inbox, self.view = {}, {}
+        calls = _WorkerCalls(self.workers, self.host_of)
         updates: list[SiloUpdate] = []
-        self.inbox = {}
-        combine_seconds = 0.0
+        combine_seconds, abandoned = 0.0, False
         if participants:
-            plan = self.round_plan(round_index)
-            # Stored once in the object store; every participant reads the same copy.
-            broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
-            by_worker: dict[int, list[int]] = {}
-            for silo_id in participants:
-                by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
-            batches = _get_all([self.workers[w].train.remote(broadcast, tuple(ids)) for w, ids in by_worker.items()])
-            # In participant order whatever the packing, so every sum over silos adds in the same order.
-            updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
-            self.inbox = {u.sender: u.payload for u in updates}
-            combining = time.perf_counter()
-            if self.individual:
-                vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=participants)
-                combine_seconds = time.perf_counter() - combining
-                aggregate = self.mechanism.aggregate_individual(self.state, vectors)
-            else:
-                total = self.protocol.combine(self.inbox, round_index=round_index, participants=participants)
-                combine_seconds = time.perf_counter() - combining
-                aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(participants))
-            # the server optimiser post-processes the aggregate (mechanisms.server_optimizers)
-            self.state = aggregate if self.optimizer is None else self.optimizer.step(self.state, aggregate)
+            try:
+                updates, combine_seconds = self._train_and_combine(round_index, participants, calls)
+            except RoundAbandoned:
+                abandoned = True
+                updates = [update for update in calls.updates if update.sender in self.inbox]
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
         return RoundReport(
@@ -274,7 +348,53 @@ class ServerActor:
             train_loss=float(np.mean(train_losses)) if train_losses else float("nan"),
             seconds=time.perf_counter() - start,
             protocol_seconds={"silo": max((u.metrics["protocol_seconds"] for u in updates), default=0.0), "server": combine_seconds},
+            dropped=tuple(sorted(calls.dropped & set(participants))),
+            crashed_workers=tuple(sorted(calls.crashed)),
+            abandoned=abandoned,
         )
+
+    def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "_WorkerCalls") -> tuple[list[SiloUpdate], float]:
+        """The round's protocol stages, local training and combination, with whichever silos survive each step
+        (see :mod:`protocols.base`); raises ``RoundAbandoned``. Returns the uploads and the seconds combining."""
+        plan = self.round_plan(round_index)
+        # Stored once in the object store; every participant reads the same copy.
+        broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
+        self.protocol.begin_round(round_index=round_index, participants=participants)
+        inbound: Mapping[int, Any] = {}
+        stages = self.protocol.round_stages
+        for number, stage in enumerate(stages):
+            replies = calls.each(participants, lambda worker, ids: worker.round_reply.remote(
+                stage, {i: inbound.get(i) for i in ids}, round_index=round_index, first=number == 0))
+            self.view[stage] = replies
+            inbound = self.protocol.round_relay(stage, replies, round_index=round_index)
+        batches = calls.each(participants, lambda worker, ids: worker.train.remote(broadcast, ids, set_up=bool(stages)), merge=False)
+        # In participant order whatever the packing, so every sum over silos adds in the same order.
+        updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
+        calls.updates = updates
+        self.inbox = {u.sender: u.payload for u in updates}
+        if not self.inbox:
+            raise RoundAbandoned(f"round {round_index}: no participant's update arrived")
+        requests = self.protocol.unmask_requests(self.inbox, round_index=round_index)
+        unmasking: dict[int, Any] = {}
+        if requests or self.finish_always:
+            uploaders = tuple(silo for silo in participants if silo in self.inbox)
+            unmasking = calls.each(uploaders, lambda worker, ids: worker.finish_round.remote(
+                {i: requests.get(i) for i in ids}, round_index=round_index))
+            self.view["unmasking"] = unmasking
+        combining = time.perf_counter()
+        uploaded = tuple(sorted(self.inbox))
+        if self.individual:
+            vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=uploaded)
+            combine_seconds = time.perf_counter() - combining
+            aggregate = self.mechanism.aggregate_individual(self.state, vectors)
+        else:
+            total = self.protocol.combine(self.inbox, round_index=round_index, participants=uploaded,
+                                          unmasking={i: r for i, r in unmasking.items() if r is not None})
+            combine_seconds = time.perf_counter() - combining
+            aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(uploaded))
+        # the server optimiser post-processes the aggregate (mechanisms.server_optimizers)
+        self.state = aggregate if self.optimizer is None else self.optimizer.step(self.state, aggregate)
+        return updates, combine_seconds
 
     def round_plan(self, round_index: int) -> Any:
         """The mechanism's plan for a round (ULDP's user sample), from OS entropy in secure mode."""
@@ -297,8 +417,21 @@ class ServerActor:
         return self.state
 
     def last_round_inbox(self) -> dict[int, Any]:
-        """The protocol messages the server received in the last round (what an honest-but-curious server sees)."""
+        """The uploads the server received in the last round, by silo id."""
         return dict(self.inbox)
+
+    def last_round_view(self) -> dict[Any, Any]:
+        """Everything the server received in the last round (what an honest-but-curious server sees): each
+        per-round protocol stage's replies, ``"uploads"``, and ``"unmasking"`` (the answers after the uploads)."""
+        return {**self.view, "uploads": dict(self.inbox)}
+
+    def snapshot(self) -> bytes:
+        """The run's server state between rounds (global state, generators, mechanism, protocol, optimiser)."""
+        return pickle.dumps({name: getattr(self, name) for name in SERVER_STATE}, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, blob: bytes) -> None:
+        """Continue from a :meth:`snapshot` (resuming a run)."""
+        self.__dict__.update(pickle.loads(blob))
 
     def release(self) -> None:
         """Drop the run (its model, test data, mechanism and protocol state)."""

@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a scenario and write its results")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
     _add_output_options(run, default="runs/<scenario name>/<UTC time>")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the interrupted run whose outputs go to --out, from its last checkpoint")
     run.add_argument("--log", action="append", default=[], metavar="TRACKER",
                      help="also write each round's metrics for this tracker: tensorboard (into <out>/tensorboard/)")
     _add_overrides(run, help="override a scenario key (repeatable)")
@@ -97,6 +99,24 @@ def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file
         yield out
 
 
+@contextmanager
+def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[Path]:
+    """``privsilo run``'s output directory: with ``--resume`` the interrupted run's ``--out``; else as
+    :func:`_output_dir`, refusing an ``--out`` that holds an interrupted run's checkpoint unless ``--overwrite``."""
+    from simulator.checkpoint import checkpoint_path, has_checkpoint
+
+    if args.resume:
+        if args.out is None:
+            raise ScenarioError("--resume", True, "needs --out DIR, the output directory of the interrupted run")
+        refuse_finished(args.out, "summary.json", overwrite=False)
+        yield args.out
+        return
+    if args.out is not None and not args.overwrite and has_checkpoint(args.out):
+        raise ScenarioError("--out", str(args.out), f"holds an interrupted run ({checkpoint_path(args.out).name}); pass --resume to continue it or --overwrite to start again")
+    with _output_dir(args, default_parent=RUNS_ROOT / scenario_name, finished_file="summary.json") as out:
+        yield out
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.scenario import resolve_scenario
     from simulator.tracking import check_trackers
@@ -107,9 +127,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.invocation import invocation
     from simulator.reports import result_line
 
-    with _output_dir(args, default_parent=RUNS_ROOT / scenario.name, finished_file="summary.json") as out:
+    with _run_directory(args, scenario_name=scenario.name) as out:
         result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress, log=args.log,
-                     invocation=invocation(args.argv, args.overrides))
+                     invocation=invocation(args.argv, args.overrides), resume=args.resume)
     print(result_line(result))
     print(f"results written to {out}")
     return 0
@@ -235,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privsilo: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("privsilo: interrupted; no output directory was changed (a sweep resumes when run again)", file=sys.stderr)
+        print("privsilo: interrupted; no results were written (a run continues from its last checkpoint with "
+              "privsilo run SCENARIO --out DIR --resume; a sweep resumes when run again)", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

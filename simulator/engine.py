@@ -28,6 +28,7 @@ from simulator.data.sources import scenario_dataset
 from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
+from simulator.checkpoint import check_resumable, read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
@@ -35,6 +36,8 @@ from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.results import RoundRecord, RunResult
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
+from simulator.faults import crash_plan
+from simulator.snapshots import SnapshotVault
 from simulator.worker_pool import POOL, ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
@@ -50,10 +53,16 @@ def run(
     progress: bool = False,
     log: Sequence[str] = (),
     invocation: Mapping[str, Any] | None = None,
+    resume: bool = False,
+    checkpoint_dir: str | Path | None = None,
 ) -> RunResult:
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
     with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`)."""
+    summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`).
+
+    Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
+    rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
+    interrupted (see :mod:`simulator.checkpoint`)."""
     from simulator.invocation import invocation as api_invocation
     from simulator.reports import write_run
     from simulator.tracking import check_trackers
@@ -62,7 +71,10 @@ def run(
     scenario = resolve_scenario(scenario, overrides)
     if address:
         scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
-    result = _run(scenario, progress=progress)
+    checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
+    if resume and checkpoints is None:
+        raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
+    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume)
     if out_dir is not None:
         write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
@@ -112,8 +124,22 @@ class Federation:
     it replays the noise and defeats the DP guarantee by construction rather than by attack.
     """
 
-    def __init__(self, scenario: Scenario | Mapping[str, Any] | str | Path) -> None:
+    def __init__(
+        self,
+        scenario: Scenario | Mapping[str, Any] | str | Path,
+        *,
+        snapshots: bool = False,
+        resume_from: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``snapshots``: the silos keep snapshots in a vault (always with injected crashes; needed for
+        checkpoints); ``resume_from``: a checkpoint (:mod:`simulator.checkpoint`) whose state the federation
+        takes instead of running the protocol set-up."""
         self.scenario = resolve_scenario(scenario)
+        self.resume_from = resume_from
+        self.snapshots = snapshots or self.scenario.faults.any or resume_from is not None
+        self.crash_plan = crash_plan(self.scenario.faults, seed=self.scenario.seed, num_silos=self.scenario.data.silos,
+                                     rounds=self.scenario.federation.rounds)
+        self.restarts = 0
         self._stack = ExitStack()
         self.timing: dict[str, float] = {}
         self.protocol_timing: dict[str, float] = {}  # parts of protocol_setup_seconds: the protocol's set-up, silo and server side
@@ -150,20 +176,21 @@ class Federation:
         ))
         self.packing = pack_silos(len(specs), demand.workers)
         res = scenario.resources
+        self.vault = None
+        if self.snapshots:
+            self.vault = ray.remote(SnapshotVault).options(num_cpus=0).remote()
+            self._stack.callback(ray.kill, self.vault)
         # The training set goes into the object store once; every worker reads its silos' records from there.
-        features, labels = ray.put(self.dataset.x_train), ray.put(self.dataset.y_train)
         histogram = None if self.users is None else self.users.histogram()
+        self._hosting = dict(features=ray.put(self.dataset.x_train), labels=ray.put(self.dataset.y_train), scenario=scenario,
+                             feature_shape=self.dataset.feature_shape, num_classes=self.dataset.num_classes,
+                             user_histogram=histogram, vault=self.vault)
+        self._specs = specs
         worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
         server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
         leased = self._lease({worker_shape: len(self.packing), server_shape: 1})
         self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
-        hosting = [
-            worker.host.remote(
-                specs=tuple(specs[i] for i in hosted), features=features, labels=labels, scenario=scenario,
-                feature_shape=self.dataset.feature_shape, num_classes=self.dataset.num_classes, user_histogram=histogram,
-            )
-            for worker, hosted in zip(self.workers, self.packing)
-        ]
+        hosting = [self._host(index) for index in range(len(self.workers))]
         opened = self.server.open.remote(
             scenario=scenario,
             workers=tuple(zip(self.workers, self.packing)),
@@ -179,10 +206,36 @@ class Federation:
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
-        self.protocol_timing = ray.get(self.server.setup.remote())
+        if self.resume_from is None:
+            self.protocol_timing = ray.get(self.server.setup.remote())
+            if self.vault is not None:  # a silo that crashes before its first upload comes back with its keys
+                ray.get([worker.save_snapshots.remote() for worker in self.workers])
+        else:
+            ray.get(self.vault.put.remote(self.resume_from["silos"]))
+            ray.get([worker.restore_snapshots.remote() for worker in self.workers] + [self.server.restore.remote(self.resume_from["server"])])
         t_setup = time.perf_counter()
         self.timing.update(data_seconds=t_data - t0, workers_seconds=t_workers - t_data, protocol_setup_seconds=t_setup - t_workers)
         self.silo_construction_seconds = construction
+
+    def _host(self, worker_index: int) -> Any:
+        """Have worker ``worker_index`` build its silos (and know their injected crashes); returns the call's ref."""
+        hosted = self.packing[worker_index]
+        return self.workers[worker_index].host.remote(
+            specs=tuple(self._specs[i] for i in hosted), crashes=self.crash_plan.restricted_to(hosted), **self._hosting)
+
+    def recover(self, crashed_workers: Sequence[int]) -> None:
+        """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
+        again and replaces each by its latest snapshot (see :mod:`simulator.snapshots`)."""
+        for index in crashed_workers:
+            _wait_until_alive(self.workers[index])
+        _wait_for_workers([self._host(index) for index in crashed_workers])
+        ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+        self.restarts += len(crashed_workers)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The server's snapshot and every silo's latest snapshot, for a checkpoint."""
+        server, silos = ray.get([self.server.snapshot.remote(), self.vault.everything.remote()])
+        return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         """Actors from the session's pool, handed back when the federation closes, after they dropped this run
@@ -247,18 +300,37 @@ class Federation:
         return ray.get(self.server.global_state.remote())
 
 
-def _run(scenario: Scenario, *, progress: bool) -> RunResult:
-    accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False) -> RunResult:
+    """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
+    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`)."""
+    checkpoint = None
+    if resume:
+        checkpoint = read_checkpoint(checkpoint_dir)
+        check_resumable(checkpoint, scenario.to_dict(), directory=checkpoint_dir)
+    every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
-    with Federation(scenario) as federation:
-        accountant.enrol(info.silo_id for info in federation.placement)
-        record_events(accountant, {info.silo_id: info.events for info in federation.placement})
+    with Federation(scenario, snapshots=every > 0, resume_from=checkpoint) as federation:
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
-        records = []
-        bar = tqdm(range(scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress)
+        if checkpoint is None:
+            accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+            accountant.enrol(info.silo_id for info in federation.placement)
+            record_events(accountant, {info.silo_id: info.events for info in federation.placement})
+            records: list[RoundRecord] = []
+            failures = {"crashes": 0, "restarts": 0}
+        else:
+            accountant, records, failures = checkpoint["accountant"], list(checkpoint["records"]), dict(checkpoint["failures"])
+            if evaluator is not None:
+                evaluator.history, evaluator.final_state = checkpoint["evaluator"]
+        first = len(records)
+        bar = tqdm(range(first, scenario.federation.rounds), desc=scenario.name, unit="round", disable=not progress,
+                   initial=first, total=scenario.federation.rounds)
         for round_index in bar:
             started = time.perf_counter()
             report = federation.run_round(round_index)
+            if report.crashed_workers:
+                federation.recover(report.crashed_workers)
+                failures["crashes"] += len(report.crashed_workers)
+                failures["restarts"] += len(report.crashed_workers)
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
@@ -273,6 +345,12 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
                 )
             )
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
+            if every and (round_index + 1) % every == 0:
+                write_checkpoint(checkpoint_dir, {
+                    "scenario": scenario.to_dict(), "accountant": accountant, "records": records, "failures": failures,
+                    "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
+                    **federation.checkpoint_state(),
+                })
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
@@ -282,18 +360,32 @@ def _run(scenario: Scenario, *, progress: bool) -> RunResult:
         packing = federation.packing
         protocol_setup = dict(federation.protocol_timing)
     privacy = accountant.report()
+    ran = records[first:]
     return RunResult(
         scenario=scenario,
         rounds=tuple(records),
         privacy=privacy,
-        timing={**_timing(startup, records, total_seconds=time.perf_counter() - t0), "silo_construction_seconds": construction,
-                **_protocol_timing(protocol_setup, records)},
+        timing={**_timing(startup, ran, total_seconds=time.perf_counter() - t0), "silo_construction_seconds": construction,
+                **_protocol_timing(protocol_setup, ran)},
         placement=placement,
         model_state=model_state,
         users=users,
         packing=packing,
         personalisation=personalisation,
+        failures=_failures(scenario, records, failures),
+        resumed_from_round=first if checkpoint is not None else None,
     )
+
+
+def _failures(scenario: Scenario, records: Sequence[RoundRecord], counts: Mapping[str, int]) -> dict[str, Any] | None:
+    """``summary.json``'s ``failures``: crashed worker processes, restarts, silos dropped and rounds abandoned
+    (None for a run without injected crashes in which nothing failed)."""
+    dropped = sum(len(r.report.dropped) for r in records)
+    abandoned = sum(1 for r in records if r.report.abandoned)
+    if not scenario.faults.any and not (counts["crashes"] or abandoned):
+        return None
+    return {**counts, "silos_dropped": dropped, "rounds_with_dropouts": sum(1 for r in records if r.report.dropped),
+            "rounds_abandoned": abandoned}
 
 
 def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, total_seconds: float) -> dict[str, float]:
@@ -309,7 +401,7 @@ def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, tot
         "rounds_seconds": rounds,
         "training_seconds": training,
         "accounting_seconds": accounting,
-        "seconds_per_round": rounds / len(records),
+        "seconds_per_round": rounds / len(records) if records else 0.0,
         "other_seconds": total_seconds - sum(startup.values()) - rounds,
         "total_seconds": total_seconds,
     }
@@ -342,6 +434,19 @@ def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
             raise PrivsiloError(str(exc.cause)) from None
         raise
     return [info for infos, _ in replies for info in infos], max(seconds for _, seconds in replies)
+
+
+def _wait_until_alive(actor: Any) -> None:
+    """Wait for Ray to restart an actor whose process died (calls to it fail while it restarts)."""
+    deadline = time.monotonic() + ACTOR_START_TIMEOUT_S
+    while True:
+        try:
+            ray.get(actor.__ray_ready__.remote())
+            return
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise PrivsiloError(f"a silo worker that crashed was not restarted within {ACTOR_START_TIMEOUT_S} s") from None
+            time.sleep(0.05)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -60,8 +60,11 @@ class SiloInfo:
 class RoundReport:
     """Server -> driver: what happened in one round.
 
-    ``participants`` are the silos that trained; none means the round was skipped (fewer silos sampled than
+    ``participants`` are the silos sampled to train; none means the round was skipped (fewer silos sampled than
     ``protocol.min_participants``): no broadcast, no training, no privacy events, the model unchanged.
+    ``dropped``: participants whose worker process died during the round (``crashed_workers``: those workers'
+    indices); ``abandoned``: the survivors could not recover the sum, so the model is unchanged (the uploads
+    that arrived still carry their privacy events).
     """
 
     round_index: int
@@ -73,8 +76,12 @@ class RoundReport:
     seconds: float
     # seconds of the aggregation protocol: "silo" (the slowest participant's protect), "server" (combine)
     protocol_seconds: Mapping[str, float] = field(default_factory=dict)
+    dropped: tuple[int, ...] = ()
+    crashed_workers: tuple[int, ...] = ()
+    abandoned: bool = False
 
     @property
     def skipped(self) -> bool:
-        """True when nobody trained: fewer silos were sampled than ``protocol.min_participants``."""
-        return not self.participants
+        """True when the round left the model unchanged: fewer silos were sampled than
+        ``protocol.min_participants``, or the round was abandoned after dropouts."""
+        return not self.participants or self.abandoned

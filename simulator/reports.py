@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from simulator.scenario import Scenario
 
 METRICS_COLUMNS = (
-    "round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds", "skipped"
+    "round", "participants", "num_participants", "loss", "accuracy", "train_loss", "epsilon", "wall_seconds", "skipped",
+    "dropped",
 )
 
 
@@ -99,12 +100,24 @@ def summary(result: RunResult, *, invocation: Mapping[str, Any] | None = None) -
             for p in result.placement
         ],
         "invocation": dict(invocation) if invocation is not None else api_invocation(None, None),
+        **({} if result.failures is None else {"failures": dict(result.failures)}),
+        **({} if result.resumed_from_round is None else {"resumed_from_round": result.resumed_from_round}),
     }
 
 
+ACCOUNTING_UNDER_FAILURE = (
+    "a silo is charged for every round whose update left it (plain or masked), whether or not the update reached "
+    "the aggregate (a round abandoned after dropouts still counts); a silo that crashed before uploading released "
+    "nothing of that round, is not charged, and comes back with its state (spent budgets, generator) as of its last upload"
+)
+
+
 def _privacy(result: RunResult) -> dict[str, Any]:
-    """The accountant's report plus, for a DP guarantee, the data-dependent quantities it treats as public."""
+    """The accountant's report plus, for a DP guarantee, the data-dependent quantities it treats as public (and,
+    where silos failed, the accounting rule under failure)."""
     privacy = _json_safe(dict(result.privacy))
+    if privacy.get("guarantee") != "none" and result.failures is not None:
+        privacy["under_failure"] = ACCOUNTING_UNDER_FAILURE
     if privacy.get("guarantee") != "none":
         scenario = result.scenario
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
@@ -166,7 +179,9 @@ def _json_safe(value: Any) -> Any:
 
 def write_metrics_csv(result: RunResult, path: Path) -> None:
     """One row per round; participants are listed as silo ids joined by ';'; ``skipped`` is ``true`` for a round
-    with fewer sampled silos than ``protocol.min_participants`` (no participants, no training)."""
+    with fewer sampled silos than ``protocol.min_participants`` (no participants, no training) or one abandoned
+    after dropouts (the model unchanged); ``dropped`` lists the participants whose worker crashed in the round
+    (every silo of a crashed worker that took part)."""
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(METRICS_COLUMNS)
@@ -183,6 +198,7 @@ def write_metrics_csv(result: RunResult, path: Path) -> None:
                     "" if record.epsilon is None else repr(record.epsilon),
                     f"{record.wall_seconds:.4f}",
                     "true" if report.skipped else "false",
+                    ";".join(str(i) for i in report.dropped),
                 ]
             )
 

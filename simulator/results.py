@@ -44,6 +44,8 @@ class RunResult:
     users: Mapping[str, Any] | None = None  # the user allocation's summary (data.users), else None
     packing: tuple[tuple[int, ...], ...] = ()  # silo ids hosted by each worker actor
     personalisation: Mapping[str, Any] | None = None  # per-client evaluation of personalised mechanisms, else None
+    failures: Mapping[str, Any] | None = None  # crashes, restarts, dropouts (runs with injected crashes), else None
+    resumed_from_round: int | None = None  # rounds taken from a checkpoint when the run was resumed, else None
 
     @property
     def final(self) -> dict[str, Any]:

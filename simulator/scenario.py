@@ -272,6 +272,36 @@ class AttackConfig(_Block):
         return tuple(range(self.seeds)) if isinstance(self.seeds, int) else tuple(self.seeds)
 
 
+class CrashConfig(_Block):
+    """One injected crash: the worker process hosting ``silo`` exits in ``round`` at the point ``at``."""
+
+    silo: int = Field(ge=0)
+    """The silo whose worker process dies (with several silos per worker, all of that worker's silos crash)."""
+    round: int = Field(ge=1)
+    """The round, 1-based as in `metrics.csv` (at most `federation.rounds`)."""
+    at: Literal["setup", "before_upload", "after_upload"]
+    """`setup`: when the round starts, before local training (during the round's key set-up under secure aggregation); `before_upload`: after local training, before the update leaves the silo; `after_upload`: after the server received the update, before the round is finished (secure aggregation's unmasking step)."""
+
+
+class FaultsConfig(_Block):
+    """``faults``: silos that crash mid-run (see Failures, dropouts and resume)."""
+
+    crashes: list[CrashConfig] = Field(default_factory=list)
+    """Crashes at fixed places: a list of `{silo, round, at}`; at most one per silo and round."""
+    silo_failure_rate: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False)
+    """Each silo's worker crashes in each round it takes part in with this probability, at a point drawn uniformly from `setup`, `before_upload`, `after_upload` (drawn from the run's seed, so the same seed crashes the same way)."""
+
+    @property
+    def any(self) -> bool:
+        """True when the run injects crashes."""
+        return bool(self.crashes) or self.silo_failure_rate > 0
+
+
+class CheckpointConfig(_Block):
+    every: int = Field(1, ge=0)
+    """Write a checkpoint after every this many rounds (into the output directory, `checkpoint.pkl`; `privsilo run --resume` continues from it); 0: none."""
+
+
 class MechanismConfig(_Block):
     name: str = "none"
     """`none` (FedAvg, no protection), `dp_sgd`, `rpdp`, `uldp`, `pldp` or `dprivacy`; the further keys of `mechanism` are the mechanism's parameters (tables below)."""
@@ -303,6 +333,10 @@ class Scenario(_Block):
     """Which Ray to run on."""
     attack: AttackConfig | None = None
     """A gradient-inversion attack by the server (`privsilo attack` and attacked sweeps)."""
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    """Injected silo crashes."""
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoints for `--resume`."""
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
@@ -317,8 +351,11 @@ class Scenario(_Block):
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
-        # A scenario without an attack block keeps the form (and journal hash) it had before the block existed.
-        return {key: raw[key] for key in order} | ({} if self.attack is None else {"attack": raw["attack"]})
+        # A scenario without an attack block (or faults, or with the default checkpoints) keeps the form (and
+        # journal hash) it had before those blocks existed.
+        optional = {"attack": self.attack is not None, "faults": self.faults != FaultsConfig(),
+                    "checkpoint": self.checkpoint != CheckpointConfig()}
+        return {key: raw[key] for key in order} | {key: raw[key] for key, present in optional.items() if present}
 
 
 def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -497,6 +534,7 @@ def _check_consistency(scenario: Scenario) -> None:
     _check_mechanism_fits(scenario, num_parameters=num_parameters)
     _check_optimisation(scenario)
     _check_protocol(scenario)
+    _check_faults(scenario)
     packing = scenario.resources.silos_per_actor
     if packing != "auto" and packing > data.silos:
         raise ScenarioError("resources.silos_per_actor", packing, f"must not exceed data.silos = {data.silos}")
@@ -628,6 +666,20 @@ def _check_protocol(scenario: Scenario) -> None:
             f"must not exceed data.silos = {silos}, or every round would be skipped"
             + (" (secure aggregation needs 2, so at least 2 silos)" if protocol.secure_aggregation else ""),
         )
+
+
+def _check_faults(scenario: Scenario) -> None:
+    """Injected crashes name silos and rounds of this run, at most one per silo and round."""
+    seen = set()
+    for index, crash in enumerate(scenario.faults.crashes):
+        field = f"faults.crashes[{index}]"
+        if crash.silo >= scenario.data.silos:
+            raise ScenarioError(f"{field}.silo", crash.silo, f"silo ids run from 0 to {scenario.data.silos - 1} (data.silos = {scenario.data.silos})")
+        if crash.round > scenario.federation.rounds:
+            raise ScenarioError(f"{field}.round", crash.round, f"rounds run from 1 to {scenario.federation.rounds} (federation.rounds)")
+        if (crash.silo, crash.round) in seen:
+            raise ScenarioError(field, crash.model_dump(), "a silo crashes at most once per round; another entry names the same silo and round")
+        seen.add((crash.silo, crash.round))
 
 
 def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:

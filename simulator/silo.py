@@ -25,6 +25,7 @@ from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import reseed_from_os_entropy
+from simulator.snapshots import dump_without_records, load_with_records
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class Silo:
             context, fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants
         ) or silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
         self._model, self._features = context.model, context.features
+        self._records = {"features": context.features, "labels": context.labels}
         self._watched: list[np.ndarray] = []
         self._watch: Any = None
 
@@ -127,6 +129,14 @@ class Silo:
             self._watch.remove()
             self._watch = None
         return self._watched
+
+    def snapshot(self) -> bytes:
+        """This silo's whole state without its records (see :mod:`simulator.snapshots`)."""
+        return dump_without_records(self, self._records)
+
+    def restored(self, blob: bytes) -> "Silo":
+        """The silo a :meth:`snapshot` describes, holding this (freshly built) silo's records."""
+        return load_with_records(blob, self._records)
 
     def setup_events(self) -> tuple[PrivacyEvent, ...]:
         if self.refusal is not None:

@@ -51,7 +51,9 @@ class ActorPool:
         for handle in spare:
             ray.kill(handle)
         for shape, count in counts.items():
-            remote = ray.remote(shape.actor_class).options(num_cpus=shape.num_cpus, num_gpus=shape.num_gpus)
+            # A process that dies (a crash) is restarted by Ray; the call it was serving fails rather than re-running.
+            remote = ray.remote(shape.actor_class).options(num_cpus=shape.num_cpus, num_gpus=shape.num_gpus,
+                                                           max_restarts=-1, max_task_retries=0)
             taken[shape] += [remote.remote(num_cpus=shape.num_cpus) for _ in range(count - len(taken[shape]))]
         return taken
 

@@ -1,0 +1,105 @@
+"""Checkpoints of a run in progress, and resuming from them (``privsilo run --out DIR --resume``).
+
+After every ``checkpoint.every`` rounds the driver writes ``DIR/checkpoint.pkl``: the scenario, privsilo's version,
+the rounds completed, the server's state (global model, generators, mechanism, protocol, optimiser), every silo's
+snapshot (model, generator, mechanism state such as rPDP's spent budgets, protocol keys), the accountant, the
+metrics so far and the failure counts. The file is written beside its final name, flushed to disk and renamed
+over it, so it is always a whole checkpoint; it starts with a header holding the SHA-256 of the rest, and a file
+whose digest or length does not match is never loaded. It holds every silo's generator state, which replays the
+silos' noise: it is written readable by its owner only (mode 0600) and is removed when the run's results are
+written (they replace the directory).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any, Mapping
+
+from simulator.errors import PrivsiloError, ScenarioError
+from simulator.invocation import privsilo_version
+
+CHECKPOINT_FILE = "checkpoint.pkl"
+MAGIC = b"privsilo checkpoint v1\n"
+# Keys of the scenario that may change on resume: where Ray runs, and how often to checkpoint.
+MAY_DIFFER = ("ray", "checkpoint")
+
+
+class CheckpointError(PrivsiloError):
+    """A checkpoint that cannot be used: missing, corrupt, half-written, or from another scenario or version."""
+
+
+def checkpoint_path(directory: Path) -> Path:
+    return Path(directory) / CHECKPOINT_FILE
+
+
+def write_checkpoint(directory: Path, state: Mapping[str, Any]) -> None:
+    """Write ``state`` (plus privsilo's version) atomically to ``directory/checkpoint.pkl``, owner-readable only."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = pickle.dumps({**state, "version": privsilo_version()}, protocol=pickle.HIGHEST_PROTOCOL)
+    header = json.dumps({"sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}).encode() + b"\n"
+    final = checkpoint_path(directory)
+    partial = directory / f".{CHECKPOINT_FILE}.partial-{os.getpid()}"
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(MAGIC + header + payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, final)
+    directory_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def has_checkpoint(directory: Path) -> bool:
+    return checkpoint_path(directory).is_file()
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """The checkpoint in ``directory``, after checking its header, length and SHA-256 (else ``CheckpointError``)."""
+    path = checkpoint_path(directory)
+    if not path.is_file():
+        raise CheckpointError(f"--resume: {directory} holds no checkpoint ({CHECKPOINT_FILE}); there is nothing to resume")
+    data = path.read_bytes()
+    corrupt = f"--resume: {path} is corrupt or half-written"
+    if not data.startswith(MAGIC):
+        raise CheckpointError(f"{corrupt} (not a privsilo checkpoint); it was not loaded")
+    header_line, _, payload = data[len(MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(header_line)
+        expected_bytes, expected_digest = int(header["bytes"]), str(header["sha256"])
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{corrupt} (unreadable header); it was not loaded") from None
+    if len(payload) != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_digest:
+        raise CheckpointError(f"{corrupt} (its length or SHA-256 does not match its header); it was not loaded")
+    return pickle.loads(payload)
+
+
+def check_resumable(checkpoint: Mapping[str, Any], scenario_dict: Mapping[str, Any], *, directory: Path) -> None:
+    """Refuse to resume with another privsilo version or a scenario that differs (outside ``MAY_DIFFER``); the
+    error names the first differing key and both values."""
+    if checkpoint["version"] != privsilo_version():
+        raise ScenarioError("--resume", str(directory), f"the checkpoint was written by privsilo {checkpoint['version']}, this is {privsilo_version()}; resume with that version or start again with --overwrite")
+    difference = _first_difference(checkpoint["scenario"], scenario_dict)
+    if difference is not None:
+        key, then, now = difference
+        raise ScenarioError(key, now, f"the checkpoint in {directory} was written with {then!r}; resume with the same scenario or start again with --overwrite")
+
+
+def _first_difference(then: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
+    for key in sorted(set(then) | set(now)):
+        if not prefix and key in MAY_DIFFER:
+            continue
+        a, b = then.get(key), now.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            found = _first_difference(a, b, f"{prefix}{key}.")
+            if found is not None:
+                return found
+        elif a != b:
+            return f"{prefix}{key}", a, b
+    return None

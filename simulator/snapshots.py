@@ -1,0 +1,63 @@
+"""Snapshots of silo and server state between rounds, for crash recovery and checkpoints.
+
+A silo's snapshot is its whole state (model, mechanism state such as rPDP's spent budgets, generator, protocol
+keys) pickled *without* its records: the record tensors are written as references and, on restore, taken from a
+freshly built silo of the same spec (records never change during a run). A silo writes its snapshot to its stable
+storage, the :class:`SnapshotVault`, after local training and before its update leaves it (write-ahead), so a silo
+that crashes after uploading comes back with that round's spending and generator draws, and one that crashes
+before uploading comes back as it was after its previous upload (nothing of the lost round was released).
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, Iterable, Mapping
+
+RECORDS = ("features", "labels")
+
+
+class _RecordsOut(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, records: Mapping[str, Any]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._names = {id(value): name for name, value in records.items()}
+
+    def persistent_id(self, obj: Any) -> str | None:
+        return self._names.get(id(obj))
+
+
+class _RecordsIn(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, records: Mapping[str, Any]) -> None:
+        super().__init__(file)
+        self._records = records
+
+    def persistent_load(self, pid: str) -> Any:
+        return self._records[pid]
+
+
+def dump_without_records(obj: Any, records: Mapping[str, Any]) -> bytes:
+    """Pickle ``obj``, writing each object of ``records`` (name -> object) as a reference to its name."""
+    buffer = io.BytesIO()
+    _RecordsOut(buffer, records).dump(obj)
+    return buffer.getvalue()
+
+
+def load_with_records(blob: bytes, records: Mapping[str, Any]) -> Any:
+    """Unpickle what :func:`dump_without_records` wrote, resolving each reference to ``records[name]``."""
+    return _RecordsIn(io.BytesIO(blob), records).load()
+
+
+class SnapshotVault:
+    """The silos' stable storage in a run: the latest snapshot of each silo (opaque bytes), written by the silo's
+    worker and read back only by a restarted worker and by the driver for checkpoints (never by the server)."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[int, bytes] = {}
+
+    def put(self, blobs: Mapping[int, bytes]) -> None:
+        self._blobs.update(blobs)
+
+    def get(self, silo_ids: Iterable[int]) -> dict[int, bytes]:
+        return {silo: self._blobs[silo] for silo in silo_ids}
+
+    def everything(self) -> dict[int, bytes]:
+        return dict(self._blobs)
