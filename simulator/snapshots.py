@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import io
 import pickle
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 RECORDS = ("features", "labels")
+
+
+def read_only_mapping(items: dict) -> MappingProxyType:
+    """A read-only view of ``items`` (how a snapshot writes a ``mappingproxy``, which pickle cannot name)."""
+    return MappingProxyType(items)
 
 
 class _RecordsOut(pickle.Pickler):
@@ -23,6 +29,12 @@ class _RecordsOut(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> str | None:
         return self._names.get(id(obj))
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Protocols keep keys in read-only mappings, which pickle cannot write as they are.
+        if type(obj) is MappingProxyType:
+            return read_only_mapping, (dict(obj),)
+        return NotImplemented
 
 
 class _RecordsIn(pickle.Unpickler):
@@ -34,7 +46,7 @@ class _RecordsIn(pickle.Unpickler):
         return self._records[pid]
 
 
-def dump_without_records(obj: Any, records: Mapping[str, Any]) -> bytes:
+def dump_without_records(obj: Any, records: Mapping[str, Any] = {}) -> bytes:  # noqa: B006 (read only)
     """Pickle ``obj``, writing each object of ``records`` (name -> object) as a reference to its name."""
     buffer = io.BytesIO()
     _RecordsOut(buffer, records).dump(obj)

@@ -49,7 +49,12 @@ class SecAggServer(ServerProtocol):
         return {}
 
     def combine(
-        self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
+        self,
+        messages: Mapping[int, object],
+        *,
+        round_index: int,
+        participants: tuple[int, ...],
+        unmasking: Mapping[int, object] | None = None,
     ) -> np.ndarray:
         """Add the participants' ``MaskedVector`` messages modulo 2^64 (masks cancel) and decode the sum.
 
