@@ -1,0 +1,155 @@
+"""Silos whose worker process dies mid-run (``faults``): real process exits, Ray restarts, snapshots, survivors.
+
+Every crash here is a real ``os._exit`` of a Ray worker process. The checks: the run finishes; the round's model is
+the one the surviving uploads give (the same crash under secure aggregation and under the plain sum gives the
+same model, to the encoding's precision); crashed silos come back and upload again; what each silo believes it
+spent (from its own snapshot) equals what the server's accountant charged it, and no rPDP record exceeds its
+budget.
+"""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from simulator.checkpoint import read_checkpoint
+from simulator.engine import run
+from simulator.errors import ScenarioError
+from simulator.faults import CRASH_POINTS, crash_plan
+from simulator.scenario import validate_scenario
+from simulator.snapshots import load_with_records
+from tests.conftest import small_scenario
+
+DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
+RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
+
+
+def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, secure: bool = False, **blocks) -> dict:
+    scenario = small_scenario(
+        data={"dataset": "digits", "partition": "iid", "silos": 4},
+        federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 3, "batch_size": 32, "lr": 0.1},
+        mechanism=mechanism,
+        protocol={"secure_aggregation": secure},
+        faults={"crashes": crashes},
+        **blocks,
+    )
+    return scenario
+
+
+def _silo_states(checkpoint_dir) -> dict:
+    """Every silo as its last snapshot describes it (records left out)."""
+    blobs = read_checkpoint(checkpoint_dir)["silos"]
+    return {silo: load_with_records(blob, {"features": None, "labels": None}) for silo, blob in blobs.items()}
+
+
+@pytest.mark.parametrize("at", CRASH_POINTS)
+def test_a_crashed_silo_drops_out_of_its_round_and_comes_back(ray_local, tmp_path, at):
+    crashes = [{"silo": 1, "round": 2, "at": at}]
+    result = run(_scenario(DP_SGD, crashes), checkpoint_dir=tmp_path / "ck")
+    reports = [record.report for record in result.rounds]
+    assert [r.dropped for r in reports] == [(), (1,), (), ()]
+    assert reports[1].crashed_workers and not reports[1].abandoned
+    # the crashed silo uploads again in the next rounds (its events reach the accountant)
+    assert all(1 in r.events for r in reports[2:])
+    # after an upload the silo was charged for the round; before it, nothing was released and nothing charged
+    assert (1 in reports[1].events) == (at == "after_upload")
+    assert result.failures == {"crashes": 1, "restarts": 1, "silos_dropped": 1, "rounds_with_dropouts": 1, "rounds_abandoned": 0}
+
+
+def test_after_upload_the_update_is_used_and_before_upload_it_is_not(ray_local, tmp_path):
+    """Three runs of the same seed: no crash, silo 1 crashing after its upload in round 1 (its update still counts,
+    so round 1's model is the crash-free one), and before it (round 1's model differs)."""
+    def first_round_loss(crashes):
+        result = run(_scenario(DP_SGD, crashes, rounds=1))
+        return result.rounds[0].report.loss, result.model_state
+
+    clean_loss, clean_model = first_round_loss([])
+    after_loss, after_model = first_round_loss([{"silo": 1, "round": 1, "at": "after_upload"}])
+    before_loss, _ = first_round_loss([{"silo": 1, "round": 1, "at": "before_upload"}])
+    assert after_loss == clean_loss and all(torch.equal(clean_model[k], after_model[k]) for k in clean_model)
+    assert before_loss != clean_loss
+
+
+@pytest.mark.parametrize("at", ["before_upload", "after_upload"])
+def test_rpdp_budgets_hold_across_crashes(ray_local, tmp_path, at):
+    """Each silo's own record of spending (its snapshot) equals the server's account of its uploads, and no record
+    exceeds its budget, with a silo crashing in two rounds."""
+    crashes = [{"silo": 2, "round": 2, "at": at}, {"silo": 2, "round": 4, "at": at}, {"silo": 0, "round": 3, "at": "setup"}]
+    result = run(_scenario(RPDP, crashes, rounds=5), checkpoint_dir=tmp_path / "ck")
+    assert result.privacy["max_spent_over_budget"] <= 1.0
+    per_record = read_checkpoint(tmp_path / "ck")["accountant"].per_record()
+    for silo_id, silo in _silo_states(tmp_path / "ck").items():
+        charged = per_record["rounds"][per_record["silo"] == silo_id]
+        np.testing.assert_array_equal(silo.mechanism.accountant.rounds, charged)
+        assert np.all(silo.mechanism.accountant.spent() <= silo.mechanism.budgets + 1e-12)
+    assert result.failures["crashes"] == 3
+
+
+def test_several_silos_per_worker_crash_together(ray_local, tmp_path):
+    crashes = [{"silo": 2, "round": 2, "at": "before_upload"}]
+    result = run(_scenario(DP_SGD, crashes, resources={"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}, "silos_per_actor": 2}))
+    worker_silos = next(hosted for hosted in result.packing if 2 in hosted)
+    assert result.rounds[1].report.dropped == tuple(sorted(worker_silos)) and len(worker_silos) == 2
+    assert all(set(worker_silos) <= set(r.report.events) for r in result.rounds[2:])
+
+
+def test_uldp_survives_crashes(ray_local, heart_disease_dir, tmp_path):
+    scenario = {
+        "name": "uldp_faults", "seed": 3,
+        "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
+                 "users": {"count": 50, "records": "zipf", "silos": "zipf"}},
+        "model": {"name": "logistic_regression"},
+        "federation": {"rounds": 4, "local_steps": 2, "batch_size": 16, "lr": 0.01},
+        "mechanism": {"name": "uldp", "variant": "naive", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5},
+        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+        "faults": {"crashes": [{"silo": 3, "round": 2, "at": "before_upload"}, {"silo": 1, "round": 3, "at": "after_upload"}]},
+    }
+    result = run(scenario, out_dir=tmp_path / "run")
+    assert [r.report.dropped for r in result.rounds] == [(), (3,), (1,), ()]
+    assert result.privacy["epsilon"] > 0
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert [row["dropped"] for row in rows] == ["", "3", "1", ""]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failures"]["crashes"] == 2 and "not charged" in summary["privacy"]["under_failure"]
+
+
+def test_random_failures_follow_the_seed(ray_local):
+    faults = validate_scenario(small_scenario(faults={"silo_failure_rate": 0.3})).faults
+    plans = [crash_plan(faults, seed=seed, num_silos=5, rounds=20).crashes for seed in (0, 0, 1)]
+    assert plans[0] == plans[1] != plans[2]
+    rate = np.mean([len(crash_plan(faults, seed=s, num_silos=5, rounds=20).crashes) / 100 for s in range(20)])
+    assert 0.25 < rate < 0.35
+    assert {at for plan in plans for at in plan.values()} == set(CRASH_POINTS)
+
+
+def test_random_failures_run_to_the_end(ray_local):
+    scenario = _scenario(DP_SGD, [], rounds=5)
+    scenario["faults"] = {"silo_failure_rate": 0.2}
+    result = run(scenario)
+    expected = crash_plan(validate_scenario(scenario).faults, seed=scenario["seed"], num_silos=4, rounds=5).crashes
+    crashed_rounds = sorted({round_index for _, round_index in expected})
+    assert [i for i, r in enumerate(result.rounds) if r.report.dropped] == crashed_rounds
+    assert result.failures["crashes"] == sum(len(r.report.crashed_workers) for r in result.rounds) > 0
+
+
+@pytest.mark.parametrize(
+    ("faults", "field"),
+    [
+        ({"crashes": [{"silo": 4, "round": 1, "at": "setup"}]}, "faults.crashes[0].silo"),
+        ({"crashes": [{"silo": 0, "round": 4, "at": "setup"}]}, "faults.crashes[0].round"),
+        ({"crashes": [{"silo": 0, "round": 0, "at": "setup"}]}, "faults.crashes.0.round"),
+        ({"crashes": [{"silo": 0, "round": 1, "at": "later"}]}, "faults.crashes.0.at"),
+        ({"crashes": [{"silo": 0, "round": 1, "at": "setup"}, {"silo": 0, "round": 1, "at": "after_upload"}]}, "faults.crashes[1]"),
+        ({"silo_failure_rate": 1.0}, "faults.silo_failure_rate"),
+        ({"silo_failure_rate": -0.1}, "faults.silo_failure_rate"),
+        ({"crash": []}, "faults"),
+    ],
+)
+def test_bad_faults_name_the_field(faults, field):
+    scenario = small_scenario(data={"dataset": "digits", "partition": "iid", "silos": 4}, faults=faults)
+    with pytest.raises(ScenarioError) as error:
+        validate_scenario(scenario)
+    assert str(error.value).startswith(field)
