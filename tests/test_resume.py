@@ -1,0 +1,179 @@
+"""Checkpoints and ``--resume``: a run continued from a checkpoint ends exactly as the run never interrupted.
+
+One test kills ``privsilo run`` for real (SIGKILL to the driver and every Ray process it started, at a random
+round) and resumes it from the command line; the others take the checkpoint a complete run wrote mid-way (what a
+killed run leaves) and resume from it in this process, for every mechanism, with client sampling and crashes.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from simulator.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint, write_checkpoint
+from simulator.engine import run
+from simulator.errors import ScenarioError
+from tests.conftest import small_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+PRIVSILO = [sys.executable, "-m", "simulator.cli"]
+ROUNDS = 5
+MECHANISMS = {
+    "none": ({"name": "none"}, {}),
+    "dp_sgd": ({"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}, {}),
+    "rpdp": ({"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}, {}),
+    "pldp": ({"name": "pldp", "ranges": "tau1", "budgets": [0.2, 0.5, 1.0, 2.0], "centers": [0.0, 0.1, -0.1, 0.05]}, {}),
+    "dprivacy": ({"name": "dprivacy", "hypotheses": 2, "nu": 5.0, "radius": 1.0, "local_epochs": 1},
+                 {"data": {"dataset": "digits", "partition": "iid", "silos": 4, "rotations": [0, 180]}}),
+}
+
+
+def _scenario(mechanism: dict, **blocks) -> dict:
+    scenario = small_scenario(
+        data={"dataset": "digits", "partition": "iid", "silos": 4},
+        federation={"rounds": ROUNDS, "client_rate": 0.8, "local_steps": 3, "batch_size": 32, "lr": 0.1},
+        mechanism=mechanism,
+        faults={"crashes": [{"silo": 1, "round": 2, "at": "after_upload"}, {"silo": 3, "round": 4, "at": "before_upload"}]},
+    )
+    scenario.update(blocks)
+    return scenario
+
+
+def _metrics(path: Path) -> list[dict]:
+    """metrics.csv without its wall times."""
+    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(path.open())]
+
+
+TIMES = ("seconds", "protocol_seconds")
+
+
+def _rounds(result) -> list[dict]:
+    """Every round's report and epsilon, without timings, as full reprs (NaN equals NaN; events may hold arrays)."""
+    with np.printoptions(threshold=sys.maxsize):
+        return [repr(({k: v for k, v in vars(r.report).items() if k not in TIMES}, r.epsilon)) for r in result.rounds]
+
+
+def _same_results(a, b) -> None:
+    assert _rounds(a) == _rounds(b)
+    assert a.model_state.keys() == b.model_state.keys()
+    assert all(torch.equal(a.model_state[k], b.model_state[k]) for k in a.model_state)
+    assert a.privacy == b.privacy
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_resumed_run_equals_the_uninterrupted_one(ray_local, tmp_path, name):
+    mechanism, blocks = MECHANISMS[name]
+    scenario = _scenario(mechanism, checkpoint={"every": 3}, **blocks)
+    whole = run(scenario, checkpoint_dir=tmp_path / "ck")  # its last checkpoint is after round 3
+    assert len(read_checkpoint(tmp_path / "ck")["records"]) == 3
+    resumed = run(scenario, checkpoint_dir=tmp_path / "ck", resume=True)
+    assert resumed.resumed_from_round == 3
+    _same_results(whole, resumed)
+
+
+def _start(scenario_file: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    return subprocess.Popen([*PRIVSILO, "run", str(scenario_file), "--out", str(out), "--no-progress", *extra], cwd=REPO,
+                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _kill_session(leader: int) -> None:
+    """SIGKILL the driver and every process of its session (the Ray processes it started) at once."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == leader:
+                    members.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    for pid in members:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
+    """The driver and its Ray processes die together at a random round (after a crash, with client sampling);
+    ``--resume`` then ends with the same metrics.csv (but wall times) and a bit-identical model.pt."""
+    scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=11)
+    scenario["federation"]["rounds"] = 6
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario))
+    run(scenario_file, out_dir=tmp_path / "reference")
+    kill_after = int(np.random.default_rng().integers(1, 6))  # any round before the last
+    killed = tmp_path / "killed"
+    process = _start(scenario_file, killed)
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if len(read_checkpoint(killed)["records"]) >= kill_after:
+                break
+        except CheckpointError:
+            pass
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.02)
+    _kill_session(process.pid)
+    process.wait(timeout=60)
+    assert not (killed / "summary.json").exists()
+    refused = _start(scenario_file, killed)
+    output = refused.communicate(timeout=120)[0]
+    assert refused.returncode == 2 and "--resume" in output
+    resumed = _start(scenario_file, killed, "--resume")
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output
+    assert _metrics(killed / "metrics.csv") == _metrics(tmp_path / "reference" / "metrics.csv")
+    model, reference = torch.load(killed / "model.pt"), torch.load(tmp_path / "reference" / "model.pt")
+    assert all(torch.equal(model[k], reference[k]) for k in reference)
+    assert not (killed / CHECKPOINT_FILE).exists()
+
+
+def test_resume_refuses_another_scenario(ray_local, tmp_path):
+    scenario = _scenario({"name": "none"}, checkpoint={"every": 1}, faults={})
+    scenario["federation"]["rounds"] = 1
+    run(scenario, checkpoint_dir=tmp_path)
+    for key, value, field in [("seed", 1, "seed"), ("federation", {**scenario["federation"], "rounds": 2}, "federation.rounds"),
+                              ("mechanism", MECHANISMS["dp_sgd"][0], "mechanism.name")]:
+        with pytest.raises(ScenarioError) as error:
+            run({**scenario, key: value}, checkpoint_dir=tmp_path, resume=True)
+        assert str(error.value).startswith(field)
+    state = read_checkpoint(tmp_path)
+    write_checkpoint(tmp_path, state)
+    data = (tmp_path / CHECKPOINT_FILE).read_bytes()
+    (tmp_path / CHECKPOINT_FILE).write_bytes(data.replace(b"privsilo checkpoint v1", b"privsilo checkpoint v1", 1)[:-1] + b"x")
+    with pytest.raises(CheckpointError, match="corrupt or half-written.*not loaded"):
+        run(scenario, checkpoint_dir=tmp_path, resume=True)
+    (tmp_path / CHECKPOINT_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or half-written"):
+        read_checkpoint(tmp_path)
+
+
+def test_resume_refuses_another_version(tmp_path, monkeypatch):
+    import simulator.checkpoint as checkpoint
+
+    write_checkpoint(tmp_path, {"scenario": {}})
+    monkeypatch.setattr(checkpoint, "privsilo_version", lambda: "9.9.9")
+    with pytest.raises(ScenarioError, match="written by privsilo .* this is 9.9.9"):
+        checkpoint.check_resumable(read_checkpoint(tmp_path), {}, directory=tmp_path)
+
+
+def test_resume_needs_a_checkpoint(tmp_path):
+    from simulator.cli import main
+
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(small_scenario()))
+    assert main(["run", str(scenario_file), "--resume"]) == 2
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "empty"), "--resume"]) == 2
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        read_checkpoint(tmp_path / "empty")
