@@ -44,6 +44,8 @@ graph restricted to honest uploaders falls apart (then it learns the sums of the
 bounds both events for ``neighbours="auto"``. Public keys are not authenticated and there is no consistency
 check round, so a malicious server is out of scope.
 
+``run_keys.py`` keeps the run-level key agreement that the private-weighting protocol builds its set-up on.
+
 Minimum participants and range: both sides take ``min_participants`` (>= 2) and share a ``FixedPointCodec``
 built for sums of up to the federation's size; a silo refuses to mask for a smaller round or to unmask when
 fewer uploaded, and the server abandons such a round before asking for any share.
@@ -52,7 +54,7 @@ from protocols.secure_aggregation.graph import harary_degree, public_permutation
 from protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
 from protocols.secure_aggregation.messages import (
     EncryptedShares,
-    KeyAdvertisement,
+    RoundKeyAdvertisement,
     MaskedVector,
     NeighbourKeys,
     SecAggStage,
@@ -72,6 +74,13 @@ from protocols.secure_aggregation.parameters import (
     parameter_report,
     round_parameters,
 )
+from protocols.secure_aggregation.run_keys import (
+    KeyAdvertisement,
+    KeyAgreementDone,
+    KeyDirectory,
+    build_key_directory,
+    derive_pairwise_keys,
+)
 from protocols.secure_aggregation.server import SecAggServer
 from protocols.secure_aggregation.silo import SecAggSilo
 
@@ -84,8 +93,11 @@ __all__ = [
     "EncryptedShares",
     "GraphSettings",
     "KeyAdvertisement",
+    "KeyAgreementDone",
+    "KeyDirectory",
     "MaskedVector",
     "NeighbourKeys",
+    "RoundKeyAdvertisement",
     "RoundParameters",
     "SecAggServer",
     "SecAggSilo",
@@ -94,7 +106,9 @@ __all__ = [
     "UnmaskReply",
     "UnmaskRequest",
     "auto_parameters",
+    "build_key_directory",
     "derive_pairwise_key",
+    "derive_pairwise_keys",
     "failure_bounds",
     "harary_degree",
     "mask_stream",

@@ -42,7 +42,7 @@ class _ReadOnlyMappings:
 
 
 @dataclass(frozen=True)
-class KeyAdvertisement:
+class RoundKeyAdvertisement:
     """A silo's two fresh X25519 public keys for one round (32 raw bytes each): for pairwise masks and for the
     channel that carries its shares (``ADVERTISE_KEYS``)."""
 

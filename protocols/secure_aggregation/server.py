@@ -24,7 +24,7 @@ from protocols.secure_aggregation.limits import check_count, check_minimum
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
 from protocols.secure_aggregation.messages import (
     EncryptedShares,
-    KeyAdvertisement,
+    RoundKeyAdvertisement,
     MaskedVector,
     NeighbourKeys,
     SecAggStage,
@@ -139,7 +139,7 @@ class SecAggServer(ServerProtocol):
 
     def _relay_keys(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, NeighbourKeys]:
         for silo_id, message in inbound.items():
-            if not isinstance(message, KeyAdvertisement) or (message.sender, message.round_index) != (silo_id, state.round_index):
+            if not isinstance(message, RoundKeyAdvertisement) or (message.sender, message.round_index) != (silo_id, state.round_index):
                 raise ProtocolStateError(f"server: silo {silo_id} did not advertise its own keys for round {state.round_index}")
             for key in (message.mask_public_key, message.channel_public_key):
                 try:

@@ -15,7 +15,7 @@ from protocols.secure_aggregation.limits import check_count, check_minimum, chec
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
 from protocols.secure_aggregation.messages import (
     EncryptedShares,
-    KeyAdvertisement,
+    RoundKeyAdvertisement,
     MaskedVector,
     NeighbourKeys,
     SecAggStage,
@@ -119,7 +119,7 @@ class SecAggSilo(SiloProtocol):
             return self._collect(inbound, round_index)
         raise ProtocolStateError(f"{self._who()}: unknown stage {stage!r}")
 
-    def _advertise(self, inbound: object | None, round_index: int) -> KeyAdvertisement:
+    def _advertise(self, inbound: object | None, round_index: int) -> RoundKeyAdvertisement:
         check_round_index(round_index)
         if self._last_round is not None and round_index <= self._last_round:
             raise ProtocolStateError(
@@ -132,7 +132,7 @@ class SecAggSilo(SiloProtocol):
         channel = self._random.bytes(32)
         state = _Round(round_index, self._random.bytes(SEED_BYTES), self._random.bytes(SEED_BYTES), channel)
         self._round = state
-        return KeyAdvertisement(
+        return RoundKeyAdvertisement(
             sender=self.silo_id, round_index=round_index, mask_public_key=public_bytes(state.mask_key(self.silo_id)),
             channel_public_key=public_bytes(X25519PrivateKey.from_private_bytes(channel)),
         )
