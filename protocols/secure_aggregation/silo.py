@@ -42,6 +42,8 @@ class _Round:
     mask_seed: bytes
     self_mask_seed: bytes
     channel_key: bytes
+    public_keys: tuple[bytes, bytes] = (b"", b"")
+    """The advertised (mask, channel) public keys."""
     next_step: str = SecAggStage.SHARE_KEYS.name
     threshold: int = 0
     keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
@@ -52,11 +54,14 @@ class _Round:
     def mask_key(self, silo_id: int) -> X25519PrivateKey:
         return mask_private_key(self.mask_seed, silo_id=silo_id, round_index=self.round_index)
 
-    def channel(self, silo_id: int, peer_id: int) -> Channel:
-        return Channel(
-            private_key=X25519PrivateKey.from_private_bytes(self.channel_key), peer_public_key=self.keys[peer_id][1],
-            own_id=silo_id, peer_id=peer_id, round_index=self.round_index,
-        )
+    def channels(self, silo_id: int, peers) -> dict[int, Channel]:
+        """The share channels to ``peers`` (one X25519 key object for all of them, dropped afterwards)."""
+        private_key = X25519PrivateKey.from_private_bytes(self.channel_key)
+        return {
+            peer: Channel(private_key=private_key, peer_public_key=self.keys[peer][1], own_id=silo_id, peer_id=peer,
+                          round_index=self.round_index)
+            for peer in peers
+        }
 
 
 class SecAggSilo(SiloProtocol):
@@ -131,10 +136,11 @@ class SecAggSilo(SiloProtocol):
         self._last_round = round_index
         channel = self._random.bytes(32)
         state = _Round(round_index, self._random.bytes(SEED_BYTES), self._random.bytes(SEED_BYTES), channel)
+        state.public_keys = (public_bytes(state.mask_key(self.silo_id)), public_bytes(X25519PrivateKey.from_private_bytes(channel)))
         self._round = state
         return RoundKeyAdvertisement(
-            sender=self.silo_id, round_index=round_index, mask_public_key=public_bytes(state.mask_key(self.silo_id)),
-            channel_public_key=public_bytes(X25519PrivateKey.from_private_bytes(channel)),
+            sender=self.silo_id, round_index=round_index, mask_public_key=state.public_keys[0],
+            channel_public_key=state.public_keys[1],
         )
 
     def _share(self, inbound: object | None, round_index: int) -> EncryptedShares:
@@ -145,9 +151,7 @@ class SecAggSilo(SiloProtocol):
             expected = self.settings.for_round(inbound.participants)
         except ValueError as error:
             raise ProtocolStateError(f"{self._who()}: refuses round {round_index}: {error}") from None
-        own = (public_bytes(state.mask_key(self.silo_id)), public_bytes(
-            X25519PrivateKey.from_private_bytes(state.channel_key)))
-        if inbound.keys.get(self.silo_id) != own:
+        if inbound.keys.get(self.silo_id) != state.public_keys:
             raise ProtocolStateError(f"{self._who()}: the relayed keys do not hold this silo's own keys")
         if inbound.threshold != expected.threshold:
             raise ProtocolStateError(
@@ -164,10 +168,8 @@ class SecAggSilo(SiloProtocol):
         mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders)
         self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders)
         state.shares[self.silo_id] = (mask_seed_shares[self.silo_id], self_mask_shares[self.silo_id])
-        ciphertexts = {
-            peer: state.channel(self.silo_id, peer).seal(mask_seed_shares[peer], self_mask_shares[peer])
-            for peer in holders if peer != self.silo_id
-        }
+        channels = state.channels(self.silo_id, [peer for peer in holders if peer != self.silo_id])
+        ciphertexts = {peer: channel.seal(mask_seed_shares[peer], self_mask_shares[peer]) for peer, channel in channels.items()}
         state.next_step = SecAggStage.COLLECT_SHARES.name
         return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
 
@@ -178,8 +180,8 @@ class SecAggSilo(SiloProtocol):
         strangers = sorted(inbound.ciphertexts.keys() - state.keys.keys() | inbound.ciphertexts.keys() & {self.silo_id})
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
-        for peer, ciphertext in inbound.ciphertexts.items():
-            state.shares[peer] = state.channel(self.silo_id, peer).open(ciphertext)
+        for peer, channel in state.channels(self.silo_id, inbound.ciphertexts).items():
+            state.shares[peer] = channel.open(inbound.ciphertexts[peer])
         if len(state.shares) < state.threshold:
             raise ProtocolStateError(
                 f"{self._who()}: only {len(state.shares)} silos hold its shares, below the threshold {state.threshold}"
