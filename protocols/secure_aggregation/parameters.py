@@ -7,9 +7,9 @@ independently of the public seed, so after the uniformly random relabelling of `
 corrupt and the dropped silos sit on uniformly random positions. A silo's share set is itself and its ``K``
 neighbours.
 
-Events (the conditions of Bell et al.'s Sec. 3-4 analysis, evaluated for the Harary graph; I could not consult
-the paper's text while writing this, so the bounds below are derived here from first principles, each a union
-bound over exactly stated events):
+Events (the conditions of Bell et al.'s Sec. 3-4 analysis, evaluated for the Harary graph; the paper's text was
+not at hand when this was written, so the bounds below are derived here from first principles, each a union
+bound over exactly stated events, not transcribed from its theorems):
 
 * Security fails if some honest silo has ``>= t`` corrupt neighbours (the coalition could reconstruct both its
   mask seed and its self-mask seed), or if the silos that are honest and did not drop before uploading are
@@ -34,7 +34,8 @@ bound over exactly stated events):
 
 ``auto`` picks the smallest ``K`` (costs grow with ``K``) for which some ``t`` gives ``P_sec <= 2^-sigma`` and
 then the smallest such ``t`` (Shamir's costs grow with ``t``; fewer holders need to answer), provided that
-``P_cor <= 2^-eta``; defaults ``sigma = 40`` and ``eta = 20``, as in Bell et al.'s evaluation. When no
+``P_cor <= 2^-eta``; defaults ``sigma = 40`` and ``eta = 20`` (common statistical security and correctness
+parameters). When no
 ``K <= n - 3`` qualifies, the graph would be (nearly) complete, and ``auto`` uses the complete graph with the
 smallest ``t > c`` (then ``P_sec = 0``, and ``P_cor = 0`` if ``n - 1 - d >= t``). All probabilities are computed
 exactly in rational arithmetic before rounding to float.
