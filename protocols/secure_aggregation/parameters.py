@@ -149,6 +149,17 @@ def auto_parameters(
     return RoundParameters(None, threshold, n), bounds
 
 
+def check_settings(neighbours: Neighbours, threshold: int | None) -> None:
+    """Raise ``ValueError`` unless ``neighbours`` is ``"all"``, ``"auto"`` or an int >= 1 and ``threshold`` is
+    ``None`` or an int >= 2 (one share would be the secret), ``None`` with ``"auto"`` (which chooses it)."""
+    if not (neighbours in ("all", "auto") or (isinstance(neighbours, int) and not isinstance(neighbours, bool) and neighbours >= 1)):
+        raise ValueError(f"neighbours must be 'all', 'auto' or an int >= 1, got {neighbours!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2):
+        raise ValueError(f"threshold must be None or an int >= 2 (one share would be the secret), got {threshold!r}")
+    if neighbours == "auto" and threshold is not None:
+        raise ValueError("neighbours 'auto' chooses the threshold; leave threshold unset")
+
+
 def round_parameters(
     n: int,
     *,
@@ -164,20 +175,14 @@ def round_parameters(
     the share set. Raises ``ValueError`` for parameters no round of ``n`` can run safely: a threshold below 2 (one
     share would be the secret) or above the share set (nothing could ever be recovered).
     """
+    check_settings(neighbours, threshold)
     if neighbours == "auto":
-        if threshold is not None:
-            raise ValueError("neighbours 'auto' chooses the threshold; leave threshold unset")
         return auto_parameters(n, corrupt_fraction=corrupt_fraction, dropout_rate=dropout_rate)[0]
-    if neighbours == "all":
-        degree = None
-    elif isinstance(neighbours, int) and not isinstance(neighbours, bool) and neighbours >= 1:
-        degree = None if neighbours >= n - 1 else harary_degree(n, neighbours)
-        degree = None if degree == n - 1 else degree
-    else:
-        raise ValueError(f"neighbours must be 'all', 'auto' or an int >= 1, got {neighbours!r}")
+    degree = None if neighbours == "all" or neighbours >= n - 1 else harary_degree(n, neighbours)
+    degree = None if degree == n - 1 else degree
     share_set = n if degree is None else degree + 1
     chosen = share_set // 2 + 1 if threshold is None else threshold
-    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 2 <= chosen <= share_set:
+    if not 2 <= chosen <= share_set:
         raise ValueError(
             f"threshold {chosen!r} is unsafe for a share set of {share_set} silos ({n} participants): it must be "
             f"an int in [2, {share_set}]"
@@ -214,16 +219,7 @@ class GraphSettings:
     dropout_rate: float = DEFAULT_DROPOUT_RATE
 
     def __post_init__(self) -> None:
-        if not (self.neighbours in ("all", "auto") or (
-            isinstance(self.neighbours, int) and not isinstance(self.neighbours, bool) and self.neighbours >= 1
-        )):
-            raise ValueError(f"neighbours must be 'all', 'auto' or an int >= 1, got {self.neighbours!r}")
-        if self.threshold is not None and (
-            isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 2
-        ):
-            raise ValueError(f"threshold must be None or an int >= 2 (one share would be the secret), got {self.threshold!r}")
-        if self.neighbours == "auto" and self.threshold is not None:
-            raise ValueError("neighbours 'auto' chooses the threshold; leave threshold unset")
+        check_settings(self.neighbours, self.threshold)
         _counts(1, self.corrupt_fraction, self.dropout_rate)
 
     def for_round(self, n: int) -> RoundParameters:

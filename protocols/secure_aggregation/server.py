@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import ClassVar, Collection, Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
@@ -53,13 +53,16 @@ class _Round:
     graph: dict[int, tuple[int, ...]]
     next_step: str = SecAggStage.ADVERTISE_KEYS.name
     keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    """The advertised public keys (mask, channel), by silo: ``U1``."""
     shared: frozenset[int] = frozenset()
     uploaded: frozenset[int] = frozenset()
     requests: dict[int, UnmaskRequest] = field(default_factory=dict)
 
-    def share_set(self, silo_id: int) -> frozenset[int]:
-        """Who holds silo ``silo_id``'s shares: itself and its neighbours that sent theirs (``U2``)."""
-        return frozenset(peer for peer in self.graph[silo_id] if peer in self.shared) | {silo_id}
+    def share_set(self, silo_id: int, among: Collection[int] | None = None) -> frozenset[int]:
+        """Silo ``silo_id`` and its neighbours in ``among`` (default: those that shared, ``U2``): after
+        ``SHARE_KEYS``, who holds its shares."""
+        among = self.shared if among is None else among
+        return frozenset(peer for peer in self.graph[silo_id] if peer in among) | {silo_id}
 
 
 class SecAggServer(ServerProtocol):
@@ -150,21 +153,22 @@ class SecAggServer(ServerProtocol):
         every_key = [key for pair in state.keys.values() for key in pair]
         if len(set(every_key)) != len(every_key):
             raise ProtocolStateError("server: two advertised public keys are equal")
-        state.shared = frozenset(state.keys)  # who may share next: U1 for now
         self._require_threshold(state, state.keys.keys(), "advertised keys")
         state.next_step = SecAggStage.SHARE_KEYS.name
         return {
             silo_id: NeighbourKeys(
                 round_index=state.round_index, participants=len(state.participants),
                 threshold=state.parameters.threshold,
-                keys={peer: state.keys[peer] for peer in state.share_set(silo_id)},
+                keys={peer: state.keys[peer] for peer in state.share_set(silo_id, state.keys)},
             )
             for silo_id in state.keys
         }
 
     def _relay_shares(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, ShareBundle]:
+        if not inbound.keys() <= state.keys.keys():
+            raise ProtocolStateError(f"server: shares from silos {sorted(inbound.keys() - state.keys.keys())} that advertised no keys")
         for silo_id, message in inbound.items():
-            expected = state.share_set(silo_id) - {silo_id}
+            expected = state.share_set(silo_id, state.keys) - {silo_id}
             if (
                 not isinstance(message, EncryptedShares)
                 or (message.sender, message.round_index) != (silo_id, state.round_index)
@@ -183,9 +187,10 @@ class SecAggServer(ServerProtocol):
         }
 
     @staticmethod
-    def _require_threshold(state: _Round, present: object, step: str) -> None:
+    def _require_threshold(state: _Round, present: Collection[int], step: str) -> None:
+        """Abandon the round if some silo of ``present`` has fewer than ``t`` share holders among ``present``."""
         threshold = state.parameters.threshold
-        short = sorted(silo_id for silo_id in present if len(state.share_set(silo_id)) < threshold)
+        short = sorted(silo_id for silo_id in present if len(state.share_set(silo_id, present)) < threshold)
         if short:
             raise RoundAbandoned(
                 f"round {state.round_index}: after '{step}', silos {short[:10]} have fewer than {threshold} share "

@@ -177,7 +177,7 @@ class SecAggSilo(SiloProtocol):
         state = self._current(round_index, SecAggStage.COLLECT_SHARES.name)
         if not isinstance(inbound, ShareBundle) or inbound.round_index != round_index:
             raise ProtocolStateError(f"{self._who()}: COLLECT_SHARES needs this round's ShareBundle, got {inbound!r}")
-        strangers = sorted(inbound.ciphertexts.keys() - state.keys.keys() | inbound.ciphertexts.keys() & {self.silo_id})
+        strangers = sorted(peer for peer in inbound.ciphertexts if peer == self.silo_id or peer not in state.keys)
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
         for peer, channel in state.channels(self.silo_id, inbound.ciphertexts).items():
