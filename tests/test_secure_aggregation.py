@@ -666,3 +666,23 @@ def test_protocols_stay_free_of_ray() -> None:
         "assert 'ray' not in sys.modules and 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_with_k_neighbours_every_message_grows_with_k_not_n() -> None:
+    """SecAgg+'s cost: a silo handles only its neighbours' keys and shares, the server relays per-silo bundles."""
+    n, k = 40, 4
+    silos, server = federation(n, neighbours=k)
+    server.begin_round(round_index=0, participants=tuple(range(n)))
+    inbound: dict[int, object] = {}
+    relayed = []
+    for stage in server.round_stages:
+        replies = {i: s.round_reply(stage, inbound.get(i), round_index=0) for i, s in silos.items()}
+        inbound = dict(server.round_relay(stage, replies, round_index=0))
+        relayed += [*replies.values(), *inbound.values()]
+    sizes = [len(getattr(message, "keys", getattr(message, "ciphertexts", {}))) for message in relayed if message is not None]
+    assert max(sizes) == k + 1  # NeighbourKeys: the silo and its K neighbours; ciphertexts: K
+    messages = {i: s.protect(np.ones(3), round_index=0, participants=tuple(range(n))) for i, s in silos.items()}
+    requests = server.unmask_requests(messages, round_index=0)
+    replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
+    assert all(len(r.self_mask_shares) + len(r.mask_seed_shares) == k + 1 for r in replies.values())
+    np.testing.assert_array_equal(server.combine(messages, round_index=0, participants=tuple(range(n)), unmasking=replies), np.full(3, 40.0))
