@@ -36,10 +36,15 @@ SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer"
 CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
 
 
-def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
+def _server_protocol(config: ProtocolConfig, *, num_silos: int, public_seed: int = 0) -> ServerProtocol:
+    """The server's protocol; ``public_seed`` is the public randomness of secure aggregation's graphs."""
     if config.secure_aggregation:
         codec = secure_aggregation_codec(config, num_silos=num_silos)
-        return SecAggServer(codec=codec, min_participants=config.min_participants)
+        return SecAggServer(
+            codec=codec, min_participants=config.min_participants, threshold=config.threshold,
+            neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
+            public_seed=public_seed,
+        )
     return PlainSumServer()
 
 

@@ -176,6 +176,21 @@ class ProtocolConfig(_Block):
     """Fixed-point precision of secure aggregation (precision 2^-bits); each bit more halves the range a silo's update may span."""
     min_participants: int = Field(1, ge=1)
     """A round in which fewer silos are sampled is skipped (no training, no privacy cost; `skipped` in `metrics.csv`). Default 2 with secure aggregation (one masked update is its own sum, so at least 2 there), else 1; at most `data.silos`."""
+    threshold: int | None = None
+    """Secure aggregation's Shamir threshold: how many of a silo's share holders (itself and its neighbours) must answer to unmask it; `null`: a majority of them (with `neighbours: auto`: chosen with it). At least 2, at most the silos that share."""
+    neighbours: int | Literal["all", "auto"] = "all"
+    """Secure aggregation's graph: `all` (every pair of participants masks and shares), a number K (SecAgg+: a random K-regular Harary graph per round, K+1 if K and the round size are odd), or `auto` (K and threshold from `corrupt_fraction` and `dropout_rate`, security failure <= 2^-40, unmaskable rounds <= 2^-20)."""
+    corrupt_fraction: float = Field(0.05, allow_inf_nan=False)
+    """Assumed fraction of silos colluding with the server, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
+    dropout_rate: float = Field(0.05, allow_inf_nan=False)
+    """Assumed fraction of a round's participants that drop out, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
+
+    @field_validator("neighbours", mode="before")
+    @classmethod
+    def _all_auto_or_count(cls, value: Any) -> Any:
+        if value in ("all", "auto") or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise ValueError("must be 'all', 'auto' or a whole number >= 1 of neighbours")
 
     @model_validator(mode="before")
     @classmethod
@@ -653,7 +668,8 @@ def _check_task(scenario: Scenario, *, kind: str) -> None:
 
 
 def _check_protocol(scenario: Scenario) -> None:
-    """``protocol.min_participants`` against secure aggregation and the number of silos."""
+    """``protocol.min_participants``, the graph and the threshold against secure aggregation and the number of
+    silos."""
     protocol, silos = scenario.protocol, scenario.data.silos
     if protocol.secure_aggregation and protocol.min_participants < 2:
         raise ScenarioError(
@@ -666,6 +682,22 @@ def _check_protocol(scenario: Scenario) -> None:
             f"must not exceed data.silos = {silos}, or every round would be skipped"
             + (" (secure aggregation needs 2, so at least 2 silos)" if protocol.secure_aggregation else ""),
         )
+    for name in ("corrupt_fraction", "dropout_rate"):
+        if not 0 <= getattr(protocol, name) < 1:
+            raise ScenarioError(f"protocol.{name}", getattr(protocol, name), "must be in [0, 1)")
+    neighbours = protocol.neighbours
+    if neighbours not in ("all", "auto") and not 1 <= neighbours <= silos - 1:
+        raise ScenarioError("protocol.neighbours", neighbours, f"must be 'all', 'auto' or a number in [1, data.silos - 1 = {silos - 1}]")
+    if protocol.threshold is not None:
+        if neighbours == "auto":
+            raise ScenarioError("protocol.threshold", protocol.threshold, "must be null with neighbours: auto, which chooses it")
+        sharing = silos if neighbours == "all" else min(neighbours + 1, silos)
+        if not 2 <= protocol.threshold <= sharing:
+            raise ScenarioError(
+                "protocol.threshold", protocol.threshold,
+                f"must be in [2, {sharing}]: at least 2 (one share would be the secret), at most the {sharing} silos that "
+                + ("share (data.silos)" if neighbours == "all" else "share (neighbours + 1)"),
+            )
 
 
 def _check_faults(scenario: Scenario) -> None:

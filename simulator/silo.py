@@ -47,7 +47,10 @@ def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> Fixed
 def silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
     if config.secure_aggregation:
         codec = secure_aggregation_codec(config, num_silos=num_silos)
-        return SecAggSilo(silo_id, codec=codec, min_participants=config.min_participants)
+        return SecAggSilo(
+            silo_id, codec=codec, min_participants=config.min_participants, threshold=config.threshold,
+            neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
+        )
     return PlainSumSilo(silo_id)
 
 

@@ -17,14 +17,12 @@ def check_minimum(min_participants: int, codec: FixedPointCodec) -> None:
         raise ValueError(f"min_participants {min_participants} exceeds the codec's max_summands {codec.max_summands}")
 
 
-def check_round_size(participants: tuple[int, ...], *, min_participants: int, codec: FixedPointCodec, who: str) -> None:
-    """Refuse a round of fewer than ``min_participants`` or more than the codec has headroom for."""
-    if len(participants) < min_participants:
+def check_count(count: int, *, min_participants: int, codec: FixedPointCodec, who: str) -> None:
+    """Refuse a sum of fewer than ``min_participants`` or more than ``codec.max_summands`` vectors."""
+    if count < min_participants:
         raise ProtocolStateError(
-            f"{who}: a round of {len(participants)} participant(s) is below the minimum of {min_participants}; "
+            f"{who}: a round of {count} participant(s) is below the minimum of {min_participants}; "
             "a sum of so few vectors would reveal them"
         )
-    if len(participants) > codec.max_summands:
-        raise ProtocolStateError(
-            f"{who}: {len(participants)} participants exceed the codec's headroom for {codec.max_summands} summands"
-        )
+    if count > codec.max_summands:
+        raise ProtocolStateError(f"{who}: {count} participants exceed the codec's headroom for {codec.max_summands} summands")

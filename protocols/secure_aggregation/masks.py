@@ -1,23 +1,20 @@
-"""Pairwise keys and mask streams of secure aggregation (Bonawitz et al., CCS 2017, round 1 ``KA.agree`` and the
-masked input's PRG): X25519 + HKDF-SHA256 keys, ChaCha20 keystreams as little-endian uint64 words."""
+"""Pairwise keys and mask streams of secure aggregation (Bonawitz et al., CCS 2017, round 2: ``KA.agree`` of the
+mask keys and the masked input's PRG): X25519 + HKDF-SHA256 keys, ChaCha20 keystreams as little-endian uint64
+words; the self-mask ``PRG(b)`` uses the same stream under a key derived from the seed ``b``."""
 from __future__ import annotations
 
 import sys
-from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from protocols.base import ProtocolStateError, read_only
-from protocols.secure_aggregation.limits import check_silo_id
-from protocols.secure_aggregation.messages import KeyAdvertisement, KeyDirectory
+from protocols.base import read_only
 
 PAIRWISE_KEY_LABEL = b"privsilo secure aggregation pairwise mask key v1"
+SELF_MASK_LABEL = b"privsilo secure aggregation self-mask key v1"
 _WORD_BYTES = 8
 
 
@@ -67,39 +64,8 @@ class MaskStreams:
             out.byteswap(inplace=True)
 
 
-def derive_pairwise_keys(
-    *, private_key: X25519PrivateKey, directory: KeyDirectory, own_id: int
-) -> Mapping[int, bytes]:
-    """Every pairwise key of silo ``own_id`` (see :func:`derive_pairwise_key`), by peer id, read-only.
-
-    Raises ``ProtocolStateError`` if the directory does not hold this silo's own public key (a relay error).
-    """
-    own_public = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    if directory.public_keys.get(own_id) != own_public:
-        raise ProtocolStateError(f"silo {own_id}: the key directory does not hold this silo's public key")
-    return MappingProxyType(
-        {
-            peer_id: derive_pairwise_key(private_key=private_key, peer_public_key=peer_key, own_id=own_id, peer_id=peer_id)
-            for peer_id, peer_key in directory.public_keys.items()
-            if peer_id != own_id
-        }
-    )
-
-
-def build_key_directory(inbound: Mapping[int, object]) -> KeyDirectory:
-    """The server's ``KeyDirectory`` from every silo's ``KeyAdvertisement`` (checked: each silo advertised its
-    own valid X25519 key, no two silos the same one, at least one silo)."""
-    for silo_id, advertisement in inbound.items():
-        if not isinstance(advertisement, KeyAdvertisement) or advertisement.sender != silo_id:
-            raise ProtocolStateError(f"server: silo {silo_id} did not advertise its own key: {advertisement!r}")
-        check_silo_id(silo_id)
-        try:
-            X25519PublicKey.from_public_bytes(advertisement.public_key)
-        except (TypeError, ValueError) as error:
-            raise ProtocolStateError(f"server: silo {silo_id} advertised an invalid X25519 key") from error
-    public_keys = {silo_id: advertisement.public_key for silo_id, advertisement in inbound.items()}
-    if len(set(public_keys.values())) != len(public_keys):
-        raise ProtocolStateError("server: two silos advertised the same public key")
-    if not public_keys:
-        raise ProtocolStateError("server: no silo advertised a key")
-    return KeyDirectory(public_keys=public_keys)
+def self_mask_key(self_mask_seed: bytes, *, silo_id: int, round_index: int) -> bytes:
+    """The 32-byte ChaCha20 key of silo ``silo_id``'s self-mask ``PRG(b)`` in round ``round_index``: HKDF-SHA256
+    of the 16-byte seed ``b`` (Bonawitz et al., round 2: ``p_u = PRG(b_u)``)."""
+    info = SELF_MASK_LABEL + silo_id.to_bytes(8, "big") + round_index.to_bytes(12, "big")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(self_mask_seed)

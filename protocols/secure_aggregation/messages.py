@@ -1,6 +1,12 @@
-"""Messages of secure aggregation (Bonawitz et al., CCS 2017): key advertisement and directory, masked vectors."""
+"""Messages of one round of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4, rounds
+0-2 and 4; SecAgg+, Bell et al., CCS 2020, Sec. 3: every silo talks only to its graph neighbours).
+
+Every message is a frozen dataclass whose mappings are read-only; all of them pickle, so actors can carry them
+and an engine can record them as the server's view.
+"""
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -10,40 +16,72 @@ import numpy as np
 
 
 class SecAggStage(enum.Enum):
-    """Setup stages of secure aggregation, in order. The per-round masked-input and unmasking steps of
-    Bonawitz et al. are ``SecAggSilo.protect`` and ``SecAggServer.combine``."""
+    """The per-round stages (``SecAggServer.round_stages``), in order. Masked input is ``SecAggSilo.protect``;
+    unmasking is ``unmask_requests`` / ``unmask_reply`` / ``combine``."""
 
     ADVERTISE_KEYS = enum.auto()
-    AGREE_KEYS = enum.auto()
+    """Bonawitz et al. round 0: each silo sends two fresh public keys; the server answers with its neighbours'."""
+    SHARE_KEYS = enum.auto()
+    """Round 1: each silo sends every neighbour, encrypted, its Shamir shares of its mask seed and self-mask seed."""
+    COLLECT_SHARES = enum.auto()
+    """Start of round 2: each silo receives the shares addressed to it (it answers ``None``)."""
 
 
-@dataclass(frozen=True)
-class KeyAdvertisement:
-    """A silo's X25519 public key (32 raw bytes), sent to the server in ``ADVERTISE_KEYS``."""
-
-    sender: int
-    public_key: bytes
-
-
-@dataclass(frozen=True)
-class KeyDirectory:
-    """Every silo's public key, relayed by the server to every silo after ``ADVERTISE_KEYS`` (read-only)."""
-
-    public_keys: Mapping[int, bytes]
+class _ReadOnlyMappings:
+    """Freezes every mapping field of a dataclass (``MappingProxyType``) and pickles it back from plain dicts."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "public_keys", MappingProxyType(dict(self.public_keys)))
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, field.name, MappingProxyType(dict(value)))
 
-    def __reduce__(self) -> tuple[type[KeyDirectory], tuple[dict[int, bytes]]]:
-        # A mappingproxy cannot be pickled; rebuild from a plain dict so actors can send the directory.
-        return KeyDirectory, (dict(self.public_keys),)
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        values = (getattr(self, field.name) for field in dataclasses.fields(self))  # type: ignore[arg-type]
+        return type(self), tuple(dict(value) if isinstance(value, MappingProxyType) else value for value in values)
 
 
 @dataclass(frozen=True)
-class KeyAgreementDone:
-    """A silo's acknowledgement that it derived its pairwise keys, sent in ``AGREE_KEYS``."""
+class RoundKeyAdvertisement:
+    """A silo's two fresh X25519 public keys for one round (32 raw bytes each): for pairwise masks and for the
+    channel that carries its shares (``ADVERTISE_KEYS``)."""
 
     sender: int
+    round_index: int
+    mask_public_key: bytes
+    channel_public_key: bytes
+
+
+@dataclass(frozen=True)
+class NeighbourKeys(_ReadOnlyMappings):
+    """The server's answer to ``ADVERTISE_KEYS``: the round's parameters and the key pairs of the silo's
+    neighbours that advertised, and its own (``keys[id] = (mask_public_key, channel_public_key)``).
+
+    ``participants`` is the round's number of sampled silos, from which the silo re-derives the graph degree
+    and threshold it expects (``round_parameters``)."""
+
+    round_index: int
+    participants: int
+    threshold: int
+    keys: Mapping[int, tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class EncryptedShares(_ReadOnlyMappings):
+    """A silo's shares for each neighbour, AES-GCM-encrypted under their channel key (``SHARE_KEYS``)."""
+
+    sender: int
+    round_index: int
+    ciphertexts: Mapping[int, bytes]
+
+
+@dataclass(frozen=True)
+class ShareBundle(_ReadOnlyMappings):
+    """The ciphertexts addressed to one silo, by sender, relayed after ``SHARE_KEYS``; the silo masks with exactly
+    these senders."""
+
+    round_index: int
+    ciphertexts: Mapping[int, bytes]
 
 
 @dataclass(frozen=True)
@@ -53,3 +91,25 @@ class MaskedVector:
     sender: int
     round_index: int
     data: np.ndarray
+
+
+@dataclass(frozen=True)
+class UnmaskRequest:
+    """The server's unmasking request to a silo that uploaded: which silos of its share set uploaded too
+    (``uploaded``, the silo itself included), and how many uploaded in all (``uploaders``). The silo reveals its
+    self-mask shares of ``uploaded`` and its mask-seed shares of the rest of its share set."""
+
+    round_index: int
+    uploaded: tuple[int, ...]
+    uploaders: int
+
+
+@dataclass(frozen=True)
+class UnmaskReply(_ReadOnlyMappings):
+    """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 16 bytes)`` of self-mask seeds (of silos
+    that uploaded) and of mask seeds (of silos that did not), by owner."""
+
+    sender: int
+    round_index: int
+    self_mask_shares: Mapping[int, tuple[int, bytes]]
+    mask_seed_shares: Mapping[int, tuple[int, bytes]]

@@ -1,52 +1,279 @@
-"""Server side of pairwise-masking secure aggregation (Bonawitz et al., CCS 2017): relays keys, adds masked vectors."""
+"""Server side of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4) on the SecAgg+
+graph (Bell et al., CCS 2020): per round, draws the graph, relays keys and encrypted shares to neighbours only,
+asks the uploaders for exactly one kind of share of each silo, and removes the masks."""
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Collection, Mapping
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from protocols.base import ProtocolStateError, ServerProtocol, collect_round_messages
+from protocols.base import (
+    ProtocolStateError,
+    RoundAbandoned,
+    ServerProtocol,
+    check_participants,
+    check_round_index,
+    collect_round_messages,
+)
 from protocols.fixed_point import FixedPointCodec
-from protocols.secure_aggregation.limits import check_minimum, check_round_size
-from protocols.secure_aggregation.masks import build_key_directory
-from protocols.secure_aggregation.messages import KeyAgreementDone, KeyDirectory, MaskedVector, SecAggStage
+from protocols.secure_aggregation.graph import round_graph
+from protocols.secure_aggregation.limits import check_count, check_minimum
+from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
+from protocols.secure_aggregation.messages import (
+    EncryptedShares,
+    RoundKeyAdvertisement,
+    MaskedVector,
+    NeighbourKeys,
+    SecAggStage,
+    ShareBundle,
+    UnmaskReply,
+    UnmaskRequest,
+)
+from protocols.secure_aggregation.parameters import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_RATE,
+    GraphSettings,
+    Neighbours,
+    RoundParameters,
+)
+from protocols.secure_aggregation.sharing import Share, mask_private_key, public_bytes, recover
+
+
+@dataclass
+class _Round:
+    """The server's record of one round: the graph and who is still present after each step (Bonawitz et al.'s
+    ``U1 ⊇ U2 ⊇ U3``), as plain data (picklable)."""
+
+    round_index: int
+    participants: tuple[int, ...]
+    parameters: RoundParameters
+    graph: dict[int, tuple[int, ...]]
+    next_step: str = SecAggStage.ADVERTISE_KEYS.name
+    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    """The advertised public keys (mask, channel), by silo: ``U1``."""
+    shared: frozenset[int] = frozenset()
+    uploaded: frozenset[int] = frozenset()
+    requests: dict[int, UnmaskRequest] = field(default_factory=dict)
+
+    def share_set(self, silo_id: int, among: Collection[int] | None = None) -> frozenset[int]:
+        """Silo ``silo_id`` and its neighbours in ``among`` (default: those that shared, ``U2``): after
+        ``SHARE_KEYS``, who holds its shares."""
+        among = self.shared if among is None else among
+        return frozenset(peer for peer in self.graph[silo_id] if peer in among) | {silo_id}
 
 
 class SecAggServer(ServerProtocol):
-    """Server side of pairwise-masking secure aggregation: relays public keys, adds masked vectors.
+    """Server side (see the package docstring). ``public_seed`` fixes the public randomness of every round's
+    graph; ``neighbours``, ``threshold``, ``corrupt_fraction`` and ``dropout_rate`` must match the silos'."""
 
-    It only ever holds public keys and masked vectors, and combines only rounds of at least
-    ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants.
-    """
+    setup_stages: ClassVar[tuple[enum.Enum, ...]] = ()
+    round_stages: ClassVar[tuple[enum.Enum, ...]] = tuple(SecAggStage)
 
-    setup_stages: ClassVar[tuple[enum.Enum, ...]] = tuple(SecAggStage)
-
-    def __init__(self, *, codec: FixedPointCodec, min_participants: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        codec: FixedPointCodec,
+        min_participants: int = 2,
+        threshold: int | None = None,
+        neighbours: Neighbours = "all",
+        corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
+        dropout_rate: float = DEFAULT_DROPOUT_RATE,
+        public_seed: int = 0,
+    ) -> None:
         check_minimum(min_participants, codec)
+        if isinstance(public_seed, bool) or not isinstance(public_seed, int) or not 0 <= public_seed < 2**256:
+            raise ValueError(f"public_seed must be an int in [0, 2^256), got {public_seed!r}")
         self.codec = codec
         self.min_participants = min_participants
-        self._next_stage: SecAggStage | None = SecAggStage.ADVERTISE_KEYS
-        self._directory = KeyDirectory(public_keys={})
+        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate)
+        self.public_seed = public_seed
+        self._round: _Round | None = None
+        self._last_round: int | None = None
 
     def relay(self, stage: enum.Enum, inbound: Mapping[int, object]) -> Mapping[int, object]:
-        """After ``ADVERTISE_KEYS`` send every silo the ``KeyDirectory``; after ``AGREE_KEYS`` check every silo
-        acknowledged and send nothing (an empty mapping)."""
-        if stage is not self._next_stage:
-            raise ProtocolStateError(f"server: got setup stage {stage!r}, expected {self._next_stage!r}")
+        """Keys are agreed every round, so there are no setup stages; any call is out of order."""
+        raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
+
+    def begin_round(self, *, round_index: int, participants: tuple[int, ...]) -> None:
+        """Draw the round's graph from the public seed. Raises ``RoundAbandoned`` when the settings give no safe
+        threshold for this many participants, ``ProtocolStateError`` for a round below ``min_participants``."""
+        check_round_index(round_index)
+        check_participants(participants)
+        if self._last_round is not None and round_index <= self._last_round:
+            raise ProtocolStateError(f"server: round {round_index} is not after round {self._last_round}")
+        check_count(len(participants), min_participants=self.min_participants, codec=self.codec, who="server")
+        self._last_round = round_index
+        self._round = None
+        try:
+            parameters = self.settings.for_round(len(participants))
+        except ValueError as error:
+            raise RoundAbandoned(f"round {round_index}: {error}") from None
+        graph = round_graph(participants, degree=parameters.degree, public_seed=self.public_seed, round_index=round_index)
+        self._round = _Round(round_index, tuple(sorted(participants)), parameters, graph)
+
+    def _current(self, round_index: int, step: str) -> _Round:
+        state = self._round
+        if state is None or state.round_index != round_index or state.next_step != step:
+            where = "no round" if state is None else f"round {state.round_index} at {state.next_step}"
+            raise ProtocolStateError(f"server: got {step} for round {round_index}, but is in {where}")
+        return state
+
+    def round_relay(self, stage: enum.Enum, inbound: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
+        """``ADVERTISE_KEYS``: send each silo its neighbours' keys (``NeighbourKeys``). ``SHARE_KEYS``: send each
+        silo the ciphertexts addressed to it (``ShareBundle``). ``COLLECT_SHARES``: nothing (``{}``). Raises
+        ``RoundAbandoned`` as soon as some silo keeps fewer than ``threshold`` share holders."""
+        if not isinstance(stage, SecAggStage):
+            raise ProtocolStateError(f"server: unknown stage {stage!r}")
+        state = self._current(round_index, stage.name)
+        present = set(inbound)
+        if not present <= set(state.participants):
+            raise ProtocolStateError(f"server: {stage.name} replies from non-participants {sorted(present - set(state.participants))}")
         if stage is SecAggStage.ADVERTISE_KEYS:
-            self._directory = build_key_directory(inbound)
-            self._next_stage = SecAggStage.AGREE_KEYS
-            return {silo_id: self._directory for silo_id in self._directory.public_keys}
-        if inbound.keys() != self._directory.public_keys.keys():
-            raise ProtocolStateError(
-                f"server: AGREE_KEYS replies from {sorted(inbound)}, expected {sorted(self._directory.public_keys)}"
-            )
-        for silo_id, reply in inbound.items():
-            if reply != KeyAgreementDone(sender=silo_id):
-                raise ProtocolStateError(f"server: silo {silo_id} answered AGREE_KEYS with {reply!r}")
-        self._next_stage = None
+            return self._relay_keys(state, inbound)
+        if stage is SecAggStage.SHARE_KEYS:
+            return self._relay_shares(state, inbound)
+        if any(reply is not None for reply in inbound.values()) or not present <= state.shared:
+            raise ProtocolStateError(f"server: unexpected COLLECT_SHARES replies {dict(inbound)!r}")
+        state.next_step = "unmask_requests"
         return {}
+
+    def _relay_keys(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, NeighbourKeys]:
+        for silo_id, message in inbound.items():
+            if not isinstance(message, RoundKeyAdvertisement) or (message.sender, message.round_index) != (silo_id, state.round_index):
+                raise ProtocolStateError(f"server: silo {silo_id} did not advertise its own keys for round {state.round_index}")
+            for key in (message.mask_public_key, message.channel_public_key):
+                try:
+                    X25519PublicKey.from_public_bytes(key)
+                except (TypeError, ValueError):
+                    raise ProtocolStateError(f"server: silo {silo_id} advertised an invalid X25519 key") from None
+        state.keys = {silo_id: (m.mask_public_key, m.channel_public_key) for silo_id, m in inbound.items()}
+        every_key = [key for pair in state.keys.values() for key in pair]
+        if len(set(every_key)) != len(every_key):
+            raise ProtocolStateError("server: two advertised public keys are equal")
+        self._require_threshold(state, state.keys.keys(), "advertised keys")
+        state.next_step = SecAggStage.SHARE_KEYS.name
+        return {
+            silo_id: NeighbourKeys(
+                round_index=state.round_index, participants=len(state.participants),
+                threshold=state.parameters.threshold,
+                keys={peer: state.keys[peer] for peer in state.share_set(silo_id, state.keys)},
+            )
+            for silo_id in state.keys
+        }
+
+    def _relay_shares(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, ShareBundle]:
+        if not inbound.keys() <= state.keys.keys():
+            raise ProtocolStateError(f"server: shares from silos {sorted(inbound.keys() - state.keys.keys())} that advertised no keys")
+        for silo_id, message in inbound.items():
+            expected = state.share_set(silo_id, state.keys) - {silo_id}
+            if (
+                not isinstance(message, EncryptedShares)
+                or (message.sender, message.round_index) != (silo_id, state.round_index)
+                or message.ciphertexts.keys() != expected
+            ):
+                raise ProtocolStateError(f"server: silo {silo_id} did not send shares for exactly {sorted(expected)}")
+        state.shared = frozenset(inbound)
+        self._require_threshold(state, inbound.keys(), "shared")
+        state.next_step = SecAggStage.COLLECT_SHARES.name
+        return {
+            silo_id: ShareBundle(
+                round_index=state.round_index,
+                ciphertexts={peer: inbound[peer].ciphertexts[silo_id] for peer in state.share_set(silo_id) - {silo_id}},
+            )
+            for silo_id in inbound
+        }
+
+    @staticmethod
+    def _require_threshold(state: _Round, present: Collection[int], step: str) -> None:
+        """Abandon the round if some silo of ``present`` has fewer than ``t`` share holders among ``present``."""
+        threshold = state.parameters.threshold
+        short = sorted(silo_id for silo_id in present if len(state.share_set(silo_id, present)) < threshold)
+        if short:
+            raise RoundAbandoned(
+                f"round {state.round_index}: after '{step}', silos {short[:10]} have fewer than {threshold} share "
+                "holders left; their masks could never be removed"
+            )
+
+    def _masked_vectors(self, state: _Round, messages: Mapping[int, object]) -> tuple[MaskedVector, ...]:
+        vectors = collect_round_messages(
+            messages, message_type=MaskedVector, round_index=state.round_index, participants=tuple(sorted(messages))
+        )
+        length = vectors[0].data.shape
+        for masked in vectors:
+            if masked.data.dtype != np.uint64 or masked.data.ndim != 1 or masked.data.shape != length:
+                raise ProtocolStateError(
+                    f"round {state.round_index}: silo {masked.sender} sent {masked.data.dtype} data of shape "
+                    f"{masked.data.shape}; expected flat uint64 of shape {length}"
+                )
+        return vectors
+
+    def _needed(self, state: _Round) -> tuple[dict[int, frozenset[int]], dict[int, frozenset[int]]]:
+        """Whose self-mask seed (every uploader's) and whose mask seed (every silo that shared, did not upload,
+        and has an uploading neighbour) the server needs, each with the uploaders that hold a share of it."""
+        self_masks = {silo_id: state.share_set(silo_id) & state.uploaded for silo_id in state.uploaded}
+        mask_seeds = {
+            silo_id: state.share_set(silo_id) & state.uploaded
+            for silo_id in state.shared - state.uploaded
+            if state.share_set(silo_id) & state.uploaded
+        }
+        return self_masks, mask_seeds
+
+    def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, UnmaskRequest]:
+        """Bonawitz et al. round 4's request to every uploader: which silos of its share set uploaded. Raises
+        ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded or some needed seed
+        has fewer than ``threshold`` holders among the uploaders."""
+        state = self._current(round_index, "unmask_requests")
+        if not set(messages) <= state.shared:
+            raise ProtocolStateError(f"server: uploads from silos {sorted(set(messages) - state.shared)} that did not share")
+        if len(messages) < self.min_participants:
+            raise RoundAbandoned(
+                f"round {round_index}: {len(messages)} upload(s), below min_participants {self.min_participants}"
+            )
+        self._masked_vectors(state, messages)
+        check_count(len(messages), min_participants=self.min_participants, codec=self.codec, who="server")
+        state.uploaded = frozenset(messages)
+        for kind, needed in zip(("self-mask", "mask"), self._needed(state)):
+            short = sorted(silo_id for silo_id, holders in needed.items() if len(holders) < state.parameters.threshold)
+            if short:
+                raise RoundAbandoned(
+                    f"round {round_index}: the {kind} seeds of silos {short[:10]} have fewer than "
+                    f"{state.parameters.threshold} holders among the uploaders"
+                )
+        state.requests = {
+            silo_id: UnmaskRequest(
+                round_index=round_index, uploaded=tuple(sorted(state.share_set(silo_id) & state.uploaded)),
+                uploaders=len(state.uploaded),
+            )
+            for silo_id in sorted(state.uploaded)
+        }
+        state.next_step = "combine"
+        return dict(state.requests)
+
+    def _collect_shares(
+        self, state: _Round, unmasking: Mapping[int, object]
+    ) -> tuple[dict[int, list[Share]], dict[int, list[Share]]]:
+        self_masks: dict[int, list[Share]] = {}
+        mask_seeds: dict[int, list[Share]] = {}
+        for silo_id, reply in unmasking.items():
+            request = state.requests.get(silo_id)
+            if request is None:
+                raise ProtocolStateError(f"server: an unmasking reply from silo {silo_id}, which was not asked")
+            uploaded = set(request.uploaded)
+            if (
+                not isinstance(reply, UnmaskReply)
+                or (reply.sender, reply.round_index) != (silo_id, state.round_index)
+                or reply.self_mask_shares.keys() != uploaded
+                or reply.mask_seed_shares.keys() != state.share_set(silo_id) - uploaded
+            ):
+                raise ProtocolStateError(f"server: silo {silo_id} did not answer its unmasking request {request!r}")
+            for owner, share in reply.self_mask_shares.items():
+                self_masks.setdefault(owner, []).append(share)
+            for owner, share in reply.mask_seed_shares.items():
+                mask_seeds.setdefault(owner, []).append(share)
+        return self_masks, mask_seeds
 
     def combine(
         self,
@@ -56,28 +283,48 @@ class SecAggServer(ServerProtocol):
         participants: tuple[int, ...],
         unmasking: Mapping[int, object] | None = None,
     ) -> np.ndarray:
-        """Add the participants' ``MaskedVector`` messages modulo 2^64 (masks cancel) and decode the sum.
+        """Bonawitz et al. round 4: reconstruct every uploader's self-mask seed and every needed dropped silo's
+        mask seed from ``threshold`` shares each, remove the masks, decode the sum of the uploaders' vectors.
 
-        Raises ``ProtocolStateError`` for a round below ``min_participants`` (defence in depth: the engine skips
-        such rounds) and ``EncodingOverflowError`` if the decoded sum is out of range (an unchecked encoding).
-        """
-        if self._next_stage is not None:
-            raise ProtocolStateError("server: combine called before setup finished")
-        check_round_size(participants, min_participants=self.min_participants, codec=self.codec, who="server")
-        unknown = sorted(set(participants) - self._directory.public_keys.keys())
-        if unknown:
-            raise ProtocolStateError(f"server: participants {unknown} took no part in key agreement")
-        masked_vectors = collect_round_messages(
-            messages, message_type=MaskedVector, round_index=round_index, participants=participants
-        )
-        length = masked_vectors[0].data.shape
-        for masked in masked_vectors:
-            if masked.data.dtype != np.uint64 or masked.data.ndim != 1 or masked.data.shape != length:
-                raise ProtocolStateError(
-                    f"round {round_index}: silo {masked.sender} sent {masked.data.dtype} data of shape "
-                    f"{masked.data.shape}; expected flat uint64 of shape {length}"
+        Raises ``RoundAbandoned`` when some needed seed has fewer than ``threshold`` shares (never a wrong sum),
+        ``EncodingOverflowError`` if the decoded sum is out of range (an unchecked encoding)."""
+        state = self._current(round_index, "combine")
+        if set(participants) != state.uploaded or set(messages) != state.uploaded:
+            raise ProtocolStateError(
+                f"server: combine for {sorted(participants)} with uploads {sorted(messages)}, "
+                f"but the requests went to {sorted(state.uploaded)}"
+            )
+        vectors = self._masked_vectors(state, messages)
+        self_mask_shares, mask_seed_shares = self._collect_shares(state, unmasking or {})
+        threshold = state.parameters.threshold
+        self_masks, mask_seeds = self._needed(state)
+        for kind, needed, shares in (("self-mask", self_masks, self_mask_shares), ("mask", mask_seeds, mask_seed_shares)):
+            short = sorted(silo_id for silo_id in needed if len(shares.get(silo_id, ())) < threshold)
+            if short:
+                raise RoundAbandoned(
+                    f"round {round_index}: fewer than {threshold} shares of the {kind} seeds of silos {short[:10]} arrived"
                 )
-        total = np.zeros(length, dtype=np.uint64)
-        for masked in masked_vectors:
+        total = np.zeros(vectors[0].data.shape, dtype=np.uint64)
+        for masked in vectors:
             total += masked.data
-        return self.codec.decode(total, summands=len(masked_vectors))
+        streams, mask = MaskStreams(total.size), np.empty(total.size, dtype=np.uint64)
+        for silo_id in sorted(self_masks):
+            seed = recover(self_mask_shares[silo_id], threshold=threshold)
+            streams.write(self_mask_key(seed, silo_id=silo_id, round_index=round_index), round_index=round_index, out=mask)
+            total -= mask
+        for dropped in sorted(mask_seeds):
+            private_key = mask_private_key(
+                recover(mask_seed_shares[dropped], threshold=threshold), silo_id=dropped, round_index=round_index
+            )
+            if public_bytes(private_key) != state.keys[dropped][0]:
+                raise ProtocolStateError(f"server: the mask seed recovered for silo {dropped} does not match its key")
+            for peer in sorted(mask_seeds[dropped]):  # uploaders that masked with the dropped silo
+                key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
+                                          own_id=dropped, peer_id=peer)
+                streams.write(key, round_index=round_index, out=mask)
+                if peer < dropped:
+                    total -= mask
+                else:
+                    total += mask
+        self._round = None
+        return self.codec.decode(total, summands=len(vectors))

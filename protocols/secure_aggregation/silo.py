@@ -1,27 +1,77 @@
-"""Silo side of pairwise-masking secure aggregation (Bonawitz et al., CCS 2017)."""
+"""Silo side of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4, honest-but-curious
+version) on the SecAgg+ graph (Bell et al., CCS 2020): fresh keys and shares every round."""
 from __future__ import annotations
 
 import enum
-from types import MappingProxyType
-from typing import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index, read_only
+from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import FixedPointCodec
-from protocols.secure_aggregation.limits import check_minimum, check_round_size, check_silo_id
-from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_keys
-from protocols.secure_aggregation.messages import KeyAdvertisement, KeyAgreementDone, KeyDirectory, MaskedVector, SecAggStage
+from protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
+from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
+from protocols.secure_aggregation.messages import (
+    EncryptedShares,
+    RoundKeyAdvertisement,
+    MaskedVector,
+    NeighbourKeys,
+    SecAggStage,
+    ShareBundle,
+    UnmaskReply,
+    UnmaskRequest,
+)
+from protocols.secure_aggregation.parameters import (
+    DEFAULT_CORRUPT_FRACTION,
+    DEFAULT_DROPOUT_RATE,
+    GraphSettings,
+    Neighbours,
+)
+from protocols.secure_aggregation.sharing import SEED_BYTES, Channel, Share, mask_private_key, public_bytes, split
+
+_SELF_MASK, _MASK_SEED = "self-mask seed", "mask seed"
+
+
+@dataclass
+class _Round:
+    """A silo's secrets and progress in one round, as raw bytes (picklable; no key objects are kept)."""
+
+    round_index: int
+    mask_seed: bytes
+    self_mask_seed: bytes
+    channel_key: bytes
+    public_keys: tuple[bytes, bytes] = (b"", b"")
+    """The advertised (mask, channel) public keys."""
+    next_step: str = SecAggStage.SHARE_KEYS.name
+    threshold: int = 0
+    keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    shares: dict[int, tuple[Share, Share]] = field(default_factory=dict)
+    """Shares held, by owner (this silo's own included): (share of its mask seed, share of its self-mask seed)."""
+    revealed: dict[int, str] = field(default_factory=dict)
+
+    def mask_key(self, silo_id: int) -> X25519PrivateKey:
+        return mask_private_key(self.mask_seed, silo_id=silo_id, round_index=self.round_index)
+
+    def channels(self, silo_id: int, peers) -> dict[int, Channel]:
+        """The share channels to ``peers`` (one X25519 key object for all of them, dropped afterwards)."""
+        private_key = X25519PrivateKey.from_private_bytes(self.channel_key)
+        return {
+            peer: Channel(private_key=private_key, peer_public_key=self.keys[peer][1], own_id=silo_id, peer_id=peer,
+                          round_index=self.round_index)
+            for peer in peers
+        }
 
 
 class SecAggSilo(SiloProtocol):
-    """Silo side of pairwise-masking secure aggregation.
+    """Silo side: per round, advertises fresh keys, shares its seeds with its neighbours, masks its vector twice
+    and answers the server's unmasking request (see the package docstring).
 
-    ``private_key`` defaults to a fresh X25519 key drawn from the operating system's CSPRNG; pass one only
-    to make a test reproducible. After ``AGREE_KEYS`` the silo keeps only its pairwise keys. The silo masks
-    only for rounds of at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants.
+    ``random`` defaults to the operating system's CSPRNG (pass :func:`protocols.crypto_random.seeded_for_tests`
+    only in tests; Shamir's polynomial coefficients always come from the OS). The silo masks only for rounds of
+    at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
+    relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size.
     """
 
     def __init__(
@@ -30,76 +80,177 @@ class SecAggSilo(SiloProtocol):
         *,
         codec: FixedPointCodec,
         min_participants: int = 2,
-        private_key: X25519PrivateKey | None = None,
+        threshold: int | None = None,
+        neighbours: Neighbours = "all",
+        corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
+        dropout_rate: float = DEFAULT_DROPOUT_RATE,
+        random: CryptoRandom | None = None,
     ) -> None:
         check_silo_id(silo_id)
         check_minimum(min_participants, codec)
         self.silo_id = silo_id
         self.codec = codec
         self.min_participants = min_participants
-        self._private_key: X25519PrivateKey | None = (
-            X25519PrivateKey.generate() if private_key is None else private_key
-        )
-        self._public_key = self._private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self._next_stage: SecAggStage | None = SecAggStage.ADVERTISE_KEYS
-        self._pairwise_keys: Mapping[int, bytes] = MappingProxyType({})
+        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate)
+        self._random = CryptoRandom() if random is None else random
+        self._round: _Round | None = None
         self._last_round: int | None = None
 
-    def setup_reply(self, stage: enum.Enum, inbound: object | None) -> KeyAdvertisement | KeyAgreementDone:
-        """Answer ``ADVERTISE_KEYS`` (no inbound) with the public key, then ``AGREE_KEYS`` (inbound: the
-        ``KeyDirectory``) by deriving the pairwise keys."""
-        if stage is not self._next_stage:
-            raise ProtocolStateError(f"silo {self.silo_id}: got setup stage {stage!r}, expected {self._next_stage!r}")
+    def setup_reply(self, stage: enum.Enum, inbound: object | None) -> object | None:
+        """Keys are agreed every round, so there are no setup stages; any call is out of order."""
+        raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
+
+    def _who(self) -> str:
+        return f"silo {self.silo_id}"
+
+    def _current(self, round_index: int, step: str) -> _Round:
+        check_round_index(round_index)
+        state = self._round
+        if state is None or state.round_index != round_index or state.next_step != step:
+            where = "no round" if state is None else f"round {state.round_index} at {state.next_step}"
+            raise ProtocolStateError(f"{self._who()}: got {step} for round {round_index}, but is in {where}")
+        return state
+
+    def round_reply(self, stage: enum.Enum, inbound: object | None, *, round_index: int) -> object | None:
+        """``ADVERTISE_KEYS`` (Bonawitz et al. round 0; ``inbound`` is ``None`` or the engine's leftover from an
+        earlier round, ignored): draw fresh seeds and keys. ``SHARE_KEYS`` (round 1; ``NeighbourKeys``): share
+        both seeds among the share set, encrypted. ``COLLECT_SHARES`` (``ShareBundle``): keep the neighbours'
+        shares; answers ``None``."""
         if stage is SecAggStage.ADVERTISE_KEYS:
-            if inbound is not None:
-                raise ProtocolStateError(f"silo {self.silo_id}: ADVERTISE_KEYS takes no inbound message")
-            self._next_stage = SecAggStage.AGREE_KEYS
-            return KeyAdvertisement(sender=self.silo_id, public_key=self._public_key)
-        if not isinstance(inbound, KeyDirectory):
-            raise ProtocolStateError(
-                f"silo {self.silo_id}: AGREE_KEYS needs a KeyDirectory, got {type(inbound).__name__}"
-            )
-        self._pairwise_keys = derive_pairwise_keys(private_key=self._private_key, directory=inbound, own_id=self.silo_id)
-        self._private_key = None
-        self._next_stage = None
-        return KeyAgreementDone(sender=self.silo_id)
+            return self._advertise(inbound, round_index)
+        if stage is SecAggStage.SHARE_KEYS:
+            return self._share(inbound, round_index)
+        if stage is SecAggStage.COLLECT_SHARES:
+            return self._collect(inbound, round_index)
+        raise ProtocolStateError(f"{self._who()}: unknown stage {stage!r}")
 
-    def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> MaskedVector:
-        """Encode ``vector`` and add the pairwise masks shared with the other participants of ``round_index``.
-
-        Raises ``EncodingOverflowError`` if a value lies outside the codec's range, and ``ProtocolStateError``
-        before setup, for a round index not above the last one used, for fewer than ``min_participants`` or more
-        than ``codec.max_summands`` participants, or for participants that omit this silo or name a silo
-        without a key.
-        """
-        if self._next_stage is not None:
-            raise ProtocolStateError(f"silo {self.silo_id}: protect called before setup finished")
+    def _advertise(self, inbound: object | None, round_index: int) -> RoundKeyAdvertisement:
         check_round_index(round_index)
         if self._last_round is not None and round_index <= self._last_round:
             raise ProtocolStateError(
-                f"silo {self.silo_id}: round {round_index} is not after round {self._last_round}; "
-                "masks cannot be reused"
+                f"{self._who()}: round {round_index} is not after round {self._last_round}; keys are fresh every round"
             )
+        stale = getattr(inbound, "round_index", None)
+        if inbound is not None and not (isinstance(stale, int) and stale < round_index):
+            raise ProtocolStateError(f"{self._who()}: ADVERTISE_KEYS takes no inbound message, got {inbound!r}")
+        self._last_round = round_index
+        channel = self._random.bytes(32)
+        state = _Round(round_index, self._random.bytes(SEED_BYTES), self._random.bytes(SEED_BYTES), channel)
+        state.public_keys = (public_bytes(state.mask_key(self.silo_id)), public_bytes(X25519PrivateKey.from_private_bytes(channel)))
+        self._round = state
+        return RoundKeyAdvertisement(
+            sender=self.silo_id, round_index=round_index, mask_public_key=state.public_keys[0],
+            channel_public_key=state.public_keys[1],
+        )
+
+    def _share(self, inbound: object | None, round_index: int) -> EncryptedShares:
+        state = self._current(round_index, SecAggStage.SHARE_KEYS.name)
+        if not isinstance(inbound, NeighbourKeys) or inbound.round_index != round_index:
+            raise ProtocolStateError(f"{self._who()}: SHARE_KEYS needs this round's NeighbourKeys, got {inbound!r}")
+        try:
+            expected = self.settings.for_round(inbound.participants)
+        except ValueError as error:
+            raise ProtocolStateError(f"{self._who()}: refuses round {round_index}: {error}") from None
+        if inbound.keys.get(self.silo_id) != state.public_keys:
+            raise ProtocolStateError(f"{self._who()}: the relayed keys do not hold this silo's own keys")
+        if inbound.threshold != expected.threshold:
+            raise ProtocolStateError(
+                f"{self._who()}: refuses threshold {inbound.threshold}; its settings give {expected.threshold} "
+                f"for {inbound.participants} participants"
+            )
+        if not expected.threshold <= len(inbound.keys) <= expected.share_set:
+            raise ProtocolStateError(
+                f"{self._who()}: a share set of {len(inbound.keys)} silos is unsafe (threshold {expected.threshold}, "
+                f"at most {expected.share_set} holders)"
+            )
+        state.threshold, state.keys = expected.threshold, dict(inbound.keys)
+        holders = sorted(state.keys)
+        mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders)
+        self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders)
+        state.shares[self.silo_id] = (mask_seed_shares[self.silo_id], self_mask_shares[self.silo_id])
+        channels = state.channels(self.silo_id, [peer for peer in holders if peer != self.silo_id])
+        ciphertexts = {peer: channel.seal(mask_seed_shares[peer], self_mask_shares[peer]) for peer, channel in channels.items()}
+        state.next_step = SecAggStage.COLLECT_SHARES.name
+        return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
+
+    def _collect(self, inbound: object | None, round_index: int) -> None:
+        state = self._current(round_index, SecAggStage.COLLECT_SHARES.name)
+        if not isinstance(inbound, ShareBundle) or inbound.round_index != round_index:
+            raise ProtocolStateError(f"{self._who()}: COLLECT_SHARES needs this round's ShareBundle, got {inbound!r}")
+        strangers = sorted(peer for peer in inbound.ciphertexts if peer == self.silo_id or peer not in state.keys)
+        if strangers:
+            raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
+        for peer, channel in state.channels(self.silo_id, inbound.ciphertexts).items():
+            state.shares[peer] = channel.open(inbound.ciphertexts[peer])
+        if len(state.shares) < state.threshold:
+            raise ProtocolStateError(
+                f"{self._who()}: only {len(state.shares)} silos hold its shares, below the threshold {state.threshold}"
+            )
+        state.next_step = "protect"
+        return None
+
+    def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> MaskedVector:
+        """Bonawitz et al. round 2: ``y = encode(x) + PRG(b) + sum_v s_v PRG(k_v)`` mod 2^64 over the neighbours
+        ``v`` whose shares arrived (``s_v = +1`` if this silo's id is below ``v``'s, else ``-1``).
+
+        Raises ``EncodingOverflowError`` if a value lies outside the codec's range and ``ProtocolStateError``
+        out of order (before ``COLLECT_SHARES``, or a second time in a round), for participants that omit this
+        silo or a neighbour it masks with, or for a round size outside ``[min_participants, max_summands]``."""
+        state = self._current(round_index, "protect")
         members = check_participants(participants)
         if self.silo_id not in members:
-            raise ProtocolStateError(f"silo {self.silo_id} is not among the participants {participants!r}")
-        check_round_size(
-            participants, min_participants=self.min_participants, codec=self.codec, who=f"silo {self.silo_id}"
-        )
-        unknown = sorted(members - self._pairwise_keys.keys() - {self.silo_id})
-        if unknown:
-            raise ProtocolStateError(f"silo {self.silo_id}: no pairwise key with participants {unknown}")
+            raise ProtocolStateError(f"{self._who()} is not among the participants {participants!r}")
+        check_count(len(participants), min_participants=self.min_participants, codec=self.codec, who=self._who())
+        strangers = sorted(state.shares.keys() - members)
+        if strangers:
+            raise ProtocolStateError(f"{self._who()}: neighbours {strangers} are not among the participants")
         values = np.asarray(vector, dtype=np.float64)
         if values.ndim != 1:
             raise ValueError(f"expected a flat vector, got shape {values.shape}")
         masked = self.codec.encode(values)
-        # Every peer's stream is expanded into the same buffer and added in place (mod 2^64, so in any order).
         streams, mask = MaskStreams(masked.size), np.empty(masked.size, dtype=np.uint64)
-        for peer_id in members - {self.silo_id}:
-            streams.write(self._pairwise_keys[peer_id], round_index=round_index, out=mask)
-            if self.silo_id < peer_id:
+        streams.write(self_mask_key(state.self_mask_seed, silo_id=self.silo_id, round_index=round_index),
+                      round_index=round_index, out=mask)
+        masked += mask
+        private_key = state.mask_key(self.silo_id)
+        for peer in state.shares.keys() - {self.silo_id}:
+            key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
+                                      own_id=self.silo_id, peer_id=peer)
+            streams.write(key, round_index=round_index, out=mask)
+            if self.silo_id < peer:
                 masked += mask
             else:
                 masked -= mask
-        self._last_round = round_index
+        state.next_step = "unmask"
         return MaskedVector(sender=self.silo_id, round_index=round_index, data=read_only(masked))
+
+    def unmask_reply(self, request: object, *, round_index: int) -> UnmaskReply:
+        """Bonawitz et al. round 4: reveal the self-mask-seed shares of the share-set members that uploaded
+        (``request.uploaded``, this silo included) and the mask-seed shares of the others.
+
+        Refuses (``ProtocolStateError``) before this silo uploaded, when fewer than ``min_participants`` uploaded
+        in all, when asked for its own mask seed, and whenever answering would reveal, over the round, both kinds
+        of share of one silo."""
+        state = self._current(round_index, "unmask")
+        if not isinstance(request, UnmaskRequest) or request.round_index != round_index:
+            raise ProtocolStateError(f"{self._who()}: expected this round's UnmaskRequest, got {request!r}")
+        check_count(request.uploaders, min_participants=self.min_participants, codec=self.codec, who=self._who())
+        uploaded = set(request.uploaded)
+        if self.silo_id not in uploaded or not uploaded <= state.shares.keys():
+            raise ProtocolStateError(
+                f"{self._who()}: request names uploaders {sorted(uploaded)} outside its share set "
+                f"{sorted(state.shares)} or omits itself"
+            )
+        kinds = {owner: _SELF_MASK if owner in uploaded else _MASK_SEED for owner in state.shares}
+        both = sorted(owner for owner, kind in kinds.items() if state.revealed.get(owner, kind) != kind)
+        if both:
+            raise ProtocolStateError(
+                f"{self._who()}: refuses to reveal both a mask-seed and a self-mask-seed share of silos {both} "
+                f"in round {round_index}"
+            )
+        state.revealed.update(kinds)
+        return UnmaskReply(
+            sender=self.silo_id, round_index=round_index,
+            self_mask_shares={owner: state.shares[owner][1] for owner, kind in kinds.items() if kind == _SELF_MASK},
+            mask_seed_shares={owner: state.shares[owner][0] for owner, kind in kinds.items() if kind == _MASK_SEED},
+        )

@@ -1,0 +1,73 @@
+"""The SecAgg+ communication graph (Bell et al., "Secure Single-Server Aggregation with (Poly)Logarithmic
+Overhead", CCS 2020, Sec. 3 and their implementation's choice of graph): a Harary graph ``H(n, K)`` over the
+round's participants under a uniformly random relabelling drawn from public randomness.
+
+``H(n, K)`` places the ``n`` nodes on a circle and joins each to the ``K // 2`` nearest on either side; for odd
+``K`` (then ``n`` is even) also to the node opposite. It is ``K``-regular and ``K``-connected. A ``K``-regular
+graph needs ``n * K`` even, so an odd ``K`` with odd ``n`` becomes ``K + 1`` (:func:`harary_degree`).
+
+The relabelling is a Fisher-Yates shuffle of the sorted participant ids driven by the SHAKE-256 stream of
+``(public_seed, round_index)``: anyone who knows the public seed, the round and the participants can recompute
+every silo's neighbours, and the graph changes every round. Its guarantees (``parameters.py``) hold for
+corrupt silos chosen without knowledge of the graph, i.e. of the public seed.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+from protocols.crypto_random import CryptoRandom
+
+GRAPH_LABEL = b"privsilo secagg+ harary relabelling v1"
+
+
+def harary_degree(n: int, degree: int) -> int:
+    """The degree of the graph built for ``degree`` on ``n`` nodes: ``degree``, or ``degree + 1`` when both are
+    odd (no odd-degree regular graph has an odd number of nodes); at most ``n - 1`` (complete)."""
+    if not 1 <= degree:
+        raise ValueError(f"the degree must be >= 1, got {degree}")
+    return min(degree + (n * degree) % 2, n - 1)
+
+
+def harary_positions(position: int, *, n: int, degree: int) -> tuple[int, ...]:
+    """The neighbours of ``position`` in ``H(n, degree)`` (``degree`` as :func:`harary_degree` returns it)."""
+    offsets = {j for k in range(1, degree // 2 + 1) for j in (k, -k)}
+    if degree % 2:
+        offsets.add(n // 2)
+    return tuple(sorted((position + offset) % n for offset in offsets))
+
+
+def public_permutation(n: int, *, public_seed: int, round_index: int) -> list[int]:
+    """A uniformly random permutation of ``range(n)`` drawn from the public seed and the round (Fisher-Yates)."""
+    if not 0 <= public_seed < 2**256:
+        raise ValueError(f"public_seed must be an int in [0, 2^256), got {public_seed!r}")
+    prefix = GRAPH_LABEL + public_seed.to_bytes(32, "big") + round_index.to_bytes(12, "big") + n.to_bytes(8, "big")
+    counter = iter(range(2**63))
+
+    def stream(count: int) -> bytes:
+        return hashlib.shake_256(prefix + next(counter).to_bytes(8, "big")).digest(count)
+
+    draw = CryptoRandom(stream)
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = draw.randbelow(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def round_graph(
+    participants: Iterable[int], *, degree: int | None, public_seed: int, round_index: int
+) -> dict[int, tuple[int, ...]]:
+    """Every participant's neighbours (sorted ids) in round ``round_index``: the complete graph for ``degree``
+    ``None`` (or ``>= n - 1``), else ``H(n, harary_degree(n, degree))`` relabelled by :func:`public_permutation`."""
+    ids = sorted(participants)
+    n = len(ids)
+    if degree is None or harary_degree(n, degree) >= n - 1:
+        return {silo: tuple(peer for peer in ids if peer != silo) for silo in ids}
+    degree = harary_degree(n, degree)
+    order = public_permutation(n, public_seed=public_seed, round_index=round_index)
+    silo_at = [ids[index] for index in order]
+    return {
+        silo_at[position]: tuple(sorted(silo_at[q] for q in harary_positions(position, n=n, degree=degree)))
+        for position in range(n)
+    }

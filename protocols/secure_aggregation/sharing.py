@@ -1,0 +1,100 @@
+"""Per-round secrets of a silo and how they travel (Bonawitz et al., CCS 2017, Fig. 4, rounds 0, 1 and 4).
+
+Each silo draws, every round, a 16-byte mask seed ``s`` (its X25519 mask key is derived from it, so the seed
+is what gets shared), a 16-byte self-mask seed ``b`` and a 32-byte X25519 channel key. It splits ``s`` and ``b``
+with Shamir's scheme over GF(2^128) (pycryptodome's ``Crypto.Protocol.SecretSharing.Shamir``; 16-byte secrets,
+share ``i`` is the polynomial at ``x = i``) among its share set: itself and its neighbours, share index = rank in
+the sorted set plus one. A neighbour's shares travel through the server encrypted with AES-256-GCM under
+``HKDF-SHA256(X25519(c_u, c_v))`` of the two channel keys (Bonawitz et al.'s ``AE.enc(KA.agree(c_u^SK, c_v^PK),
+u || v || s_u^SK share || b_u share)``); the nonce is the sender's id, unique because each channel key of a
+round encrypts one message in each direction.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from Crypto.Protocol.SecretSharing import Shamir
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from protocols.base import ProtocolStateError
+
+SEED_BYTES = 16
+"""Length of the shared secrets: the mask seed and the self-mask seed (Shamir over GF(2^128))."""
+MASK_KEY_LABEL = b"privsilo secure aggregation mask private key v1"
+CHANNEL_KEY_LABEL = b"privsilo secure aggregation share channel key v1"
+_SHARE_FORMAT = ">QQ12sI16s16s"  # sender, recipient, round (12 bytes), share index, share of s, share of b
+
+Share = tuple[int, bytes]
+"""One Shamir share: ``(index, 16 bytes)``."""
+
+
+def _round_bytes(round_index: int) -> bytes:
+    return round_index.to_bytes(12, "big")
+
+
+def mask_private_key(mask_seed: bytes, *, silo_id: int, round_index: int) -> X25519PrivateKey:
+    """Silo ``silo_id``'s X25519 mask key of round ``round_index``: HKDF-SHA256 of its 16-byte mask seed."""
+    info = MASK_KEY_LABEL + silo_id.to_bytes(8, "big") + _round_bytes(round_index)
+    return X25519PrivateKey.from_private_bytes(
+        HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(mask_seed)
+    )
+
+
+def public_bytes(private_key: X25519PrivateKey) -> bytes:
+    return private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def split(secret: bytes, *, threshold: int, holders: Sequence[int]) -> dict[int, Share]:
+    """Shamir shares of ``secret`` for the sorted ``holders``, any ``threshold`` of which recover it."""
+    shares = Shamir.split(threshold, len(holders), secret)
+    return dict(zip(holders, shares, strict=True))
+
+
+def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
+    """The secret behind ``threshold`` of ``shares`` (the first ones; more would only cost time)."""
+    if len(shares) < threshold:
+        raise ValueError(f"{len(shares)} shares cannot recover a secret of threshold {threshold}")
+    return Shamir.combine(list(shares[:threshold]))
+
+
+class Channel:
+    """The AES-GCM channel between silos ``own_id`` and ``peer_id`` for one round (Bonawitz et al., round 1)."""
+
+    def __init__(
+        self, *, private_key: X25519PrivateKey, peer_public_key: bytes, own_id: int, peer_id: int, round_index: int
+    ) -> None:
+        low, high = sorted((own_id, peer_id))
+        info = CHANNEL_KEY_LABEL + low.to_bytes(8, "big") + high.to_bytes(8, "big") + _round_bytes(round_index)
+        secret = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
+        self._aead = AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret))
+        self.own_id, self.peer_id, self.round_index = own_id, peer_id, round_index
+
+    def seal(self, mask_seed_share: Share, self_mask_share: Share) -> bytes:
+        """Encrypt this silo's two shares for the peer (one share index for both)."""
+        (index, s_share), (b_index, b_share) = mask_seed_share, self_mask_share
+        if index != b_index:
+            raise ValueError(f"share indices differ: {index} and {b_index}")
+        plaintext = struct.pack(
+            _SHARE_FORMAT, self.own_id, self.peer_id, _round_bytes(self.round_index), index, s_share, b_share
+        )
+        return self._aead.encrypt(self.own_id.to_bytes(12, "big"), plaintext, None)
+
+    def open(self, ciphertext: bytes) -> tuple[Share, Share]:
+        """Decrypt the peer's shares ``(share of its mask seed, share of its self-mask seed)``; raises
+        ``ProtocolStateError`` if the ciphertext was not sealed by the peer for this silo and round."""
+        try:
+            plaintext = self._aead.decrypt(self.peer_id.to_bytes(12, "big"), ciphertext, None)
+        except InvalidTag:
+            raise ProtocolStateError(
+                f"silo {self.own_id}: the shares relayed from silo {self.peer_id} do not authenticate"
+            ) from None
+        sender, recipient, round_bytes, index, s_share, b_share = struct.unpack(_SHARE_FORMAT, plaintext)
+        if (sender, recipient, round_bytes) != (self.peer_id, self.own_id, _round_bytes(self.round_index)):
+            raise ProtocolStateError(f"silo {self.own_id}: shares from silo {self.peer_id} are addressed elsewhere")
+        return (index, s_share), (index, b_share)
