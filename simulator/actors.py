@@ -293,7 +293,7 @@ class ServerActor:
         self.protocol = mechanism.server_protocol(
             num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
             fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
-        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
+        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos, public_seed=seed)
         # the scenario refuses secure aggregation for these, so the protocol is plain summation
         self.individual = type(mechanism).needs_individual_contributions
         optimizer = scenario.federation.server_optimizer

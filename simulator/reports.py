@@ -100,6 +100,7 @@ def summary(result: RunResult, *, invocation: Mapping[str, Any] | None = None) -
             for p in result.placement
         ],
         "invocation": dict(invocation) if invocation is not None else api_invocation(None, None),
+        **_secure_aggregation(result.scenario),
         **({} if result.failures is None else {"failures": dict(result.failures)}),
         **({} if result.resumed_from_round is None else {"resumed_from_round": result.resumed_from_round}),
     }
@@ -110,6 +111,21 @@ ACCOUNTING_UNDER_FAILURE = (
     "the aggregate (a round abandoned after dropouts still counts); a silo that crashed before uploading released "
     "nothing of that round, is not charged, and comes back with its state (spent budgets, generator) as of its last upload"
 )
+
+
+def _secure_aggregation(scenario: Scenario) -> dict[str, Any]:
+    """With secure aggregation: its graph and threshold for a round of every silo, and the failure probabilities
+    they guarantee (:func:`protocols.secure_aggregation.parameter_report`); each round of fewer participants
+    (client sampling) resolves them again for its size."""
+    protocol = scenario.protocol
+    # ULDP's private weighting brings its own protocol in place of the scenario's
+    if not protocol.secure_aggregation or getattr(scenario.mechanism.params, "weighting", None) == "private":
+        return {}
+    from protocols.secure_aggregation import parameter_report
+
+    report = parameter_report(scenario.data.silos, neighbours=protocol.neighbours, threshold=protocol.threshold,
+                              corrupt_fraction=protocol.corrupt_fraction, dropout_rate=protocol.dropout_rate)
+    return {"secure_aggregation": {"round_size": scenario.data.silos, **report}}
 
 
 def _privacy(result: RunResult) -> dict[str, Any]:

@@ -363,6 +363,10 @@ class Scenario(_Block):
         for key, absent in (("server_optimizer", None), ("proximal_mu", 0.0)):
             if federation[key] == absent:
                 del federation[key]
+        # Secure aggregation's graph settings at their defaults keep the form it had before them.
+        for key, absent in (("threshold", None), ("neighbours", "all"), ("corrupt_fraction", 0.05), ("dropout_rate", 0.05)):
+            if raw["protocol"][key] == absent:
+                del raw["protocol"][key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
