@@ -27,16 +27,15 @@ DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delt
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
 
 
-def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, secure: bool = False, **blocks) -> dict:
-    scenario = small_scenario(
+def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol: dict | None = None, **blocks) -> dict:
+    return small_scenario(
         data={"dataset": "digits", "partition": "iid", "silos": 4},
         federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 3, "batch_size": 32, "lr": 0.1},
         mechanism=mechanism,
-        protocol={"secure_aggregation": secure},
+        protocol=protocol or {"secure_aggregation": False},
         faults={"crashes": crashes},
         **blocks,
     )
-    return scenario
 
 
 def _silo_states(checkpoint_dir) -> dict:
@@ -153,3 +152,50 @@ def test_bad_faults_name_the_field(faults, field):
     with pytest.raises(ScenarioError) as error:
         validate_scenario(scenario)
     assert str(error.value).startswith(field)
+
+
+@pytest.mark.parametrize(("at", "neighbours"), [("setup", "all"), ("before_upload", 2), ("after_upload", "all"), ("after_upload", 2)])
+def test_secure_aggregation_recovers_the_plaintext_sum_of_the_survivors(ray_local, at, neighbours):
+    """The same crash under secure aggregation (complete graph, or SecAgg+ with 2 neighbours) and under the plain
+    sum: the same silos drop, and every round's model agrees to the fixed-point precision (2^-24 per silo)."""
+    crashes = [{"silo": 1, "round": 2, "at": at}, {"silo": 3, "round": 3, "at": "before_upload"}]
+    plain = run(_scenario(DP_SGD, crashes))
+    secure = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "neighbours": neighbours}))
+    assert [r.report.dropped for r in secure.rounds] == [r.report.dropped for r in plain.rounds] == [(), (1,), (3,), ()]
+    assert [sorted(r.report.events) for r in secure.rounds] == [sorted(r.report.events) for r in plain.rounds]
+    assert [r.report.loss for r in secure.rounds] == pytest.approx([r.report.loss for r in plain.rounds], abs=1e-5)
+    for name, value in plain.model_state.items():
+        np.testing.assert_allclose(secure.model_state[name].numpy(), value.numpy(), atol=1e-6)
+
+
+def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray_local, tmp_path):
+    """Four silos, threshold 3: two dropping before their upload leave two survivors, too few to unmask; the
+    round is abandoned (model unchanged, skipped in metrics.csv), the survivors are still charged, the run goes on."""
+    crashes = [{"silo": 0, "round": 2, "at": "before_upload"}, {"silo": 2, "round": 2, "at": "setup"}]
+    result = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "threshold": 3}), out_dir=tmp_path / "run")
+    second = result.rounds[1].report
+    assert second.abandoned and second.skipped and second.dropped == (0, 2)
+    assert second.loss == result.rounds[0].report.loss  # the model did not move
+    assert sorted(second.events) == [1, 3]  # what left a silo is charged even though the round was abandoned
+    assert not result.rounds[2].report.skipped and result.rounds[3].report.loss != second.loss
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert [row["skipped"] for row in rows] == ["false", "true", "false", "false"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["failures"]["rounds_abandoned"] == 1
+
+
+def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_dir):
+    scenario = {
+        "name": "uldp_faults", "seed": 3,
+        "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
+                 "users": {"count": 50, "records": "zipf", "silos": "zipf"}},
+        "model": {"name": "logistic_regression"},
+        "federation": {"rounds": 3, "local_steps": 2, "batch_size": 16, "lr": 0.01},
+        "mechanism": {"name": "uldp", "variant": "avg", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5},
+        "protocol": {"secure_aggregation": True, "threshold": 2},
+        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+        "faults": {"crashes": [{"silo": 3, "round": 1, "at": "before_upload"}, {"silo": 1, "round": 2, "at": "after_upload"}]},
+    }
+    result = run(scenario)
+    assert [r.report.dropped for r in result.rounds] == [(3,), (1,), ()]
+    assert not any(r.report.abandoned for r in result.rounds)
+    assert sorted(result.rounds[2].report.events) == [0, 1, 2, 3]
