@@ -34,6 +34,12 @@ MECHANISMS = {
     "pldp": ({"name": "pldp", "ranges": "tau1", "budgets": [0.2, 0.5, 1.0, 2.0], "centers": [0.0, 0.1, -0.1, 0.05]}, {}),
     "dprivacy": ({"name": "dprivacy", "hypotheses": 2, "nu": 5.0, "radius": 1.0, "local_epochs": 1},
                  {"data": {"dataset": "digits", "partition": "iid", "silos": 4, "rotations": [0, 180]}}),
+    "dp_sgd+secure_aggregation": ({"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5},
+                                  {"protocol": {"secure_aggregation": True, "neighbours": 2}}),
+    "uldp+secure_aggregation": ({"name": "uldp", "variant": "avg", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5},
+                                {"data": {"dataset": "digits", "partition": "iid", "silos": 4, "users": {"count": 40}},
+                                 "protocol": {"secure_aggregation": True},
+                                 "federation": {"rounds": ROUNDS, "client_rate": 1.0, "local_steps": 3, "batch_size": 32, "lr": 0.1}}),
 }
 
 
@@ -106,7 +112,7 @@ def _kill_session(leader: int) -> None:
 def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     """The driver and its Ray processes die together at a random round (after a crash, with client sampling);
     ``--resume`` then ends with the same metrics.csv (but wall times) and a bit-identical model.pt."""
-    scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=11)
+    scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=11, protocol={"secure_aggregation": True})
     scenario["federation"]["rounds"] = 6
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump(scenario))
@@ -177,3 +183,35 @@ def test_resume_needs_a_checkpoint(tmp_path):
     assert main(["run", str(scenario_file), "--out", str(tmp_path / "empty"), "--resume"]) == 2
     with pytest.raises(CheckpointError, match="holds no checkpoint"):
         read_checkpoint(tmp_path / "empty")
+
+
+def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(ray_local, tmp_path, monkeypatch):
+    """A grid's run interrupted after round 2 (its checkpoint in the sweep's journal) continues from round 3 when
+    the sweep is run again, and the sweep's table equals that of a sweep never interrupted."""
+    import simulator.engine as engine
+    from simulator.experiments.journal import SweepJournal, scenario_key
+    from simulator.experiments.sweep import load_grid, sweep
+
+    base = _scenario(MECHANISMS["dp_sgd"][0], faults={})
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    grid_path = tmp_path / "grid.yaml"
+    grid_path.write_text(yaml.safe_dump({"name": "resumable", "base": "base.yaml", "seeds": [0],
+                                         "axes": {"federation.lr": {"slow": 0.05, "fast": 0.1}}}))
+    uninterrupted = sweep(grid_path, out_dir=tmp_path / "whole")
+    grid = load_grid(grid_path)
+    scenario = grid.scenario({"federation.lr": "fast"}, 0)
+    run(scenario.to_dict() | {"checkpoint": {"every": 2}},
+        checkpoint_dir=SweepJournal(tmp_path / "resumed").checkpoint_directory(scenario_key(scenario)))
+    resumed_from = []
+    original = engine.run
+
+    def watched(*args, **kwargs):
+        result = original(*args, **kwargs)
+        resumed_from.append(result.resumed_from_round)
+        return result
+
+    monkeypatch.setattr(engine, "run", watched)
+    resumed = sweep(grid_path, out_dir=tmp_path / "resumed")
+    assert sorted(resumed_from, key=str) == [4, None]  # the interrupted run resumed after its last checkpoint
+    assert [r.accuracy for r in resumed.runs] == [r.accuracy for r in uninterrupted.runs]
+    assert not SweepJournal(tmp_path / "resumed").path.exists()

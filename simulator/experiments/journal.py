@@ -60,10 +60,16 @@ class SweepJournal:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        shutil.rmtree(self.checkpoint_directory(key), ignore_errors=True)
 
     def run_directory(self, name: str) -> Path:
         """Where the kept output directory of run ``name`` goes while the sweep runs (``""``: their parent)."""
         return self.path / "runs" / name
+
+    def checkpoint_directory(self, key: str) -> Path:
+        """Where the run of scenario ``key`` keeps its checkpoints while it runs (an interrupted run resumes from
+        there; removed once the run is journaled)."""
+        return self.path / "checkpoints" / key
 
     def save_records(self, key: str, records: Mapping[str, np.ndarray]) -> None:
         """Per-record arrays of the reference rPDP run (written to a temporary name, then renamed)."""

@@ -217,6 +217,7 @@ def sweep(
 def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], out: Path, *, address: str | None,
                 progress: bool) -> SweepResult:
     """Run the jobs (labels, seed, scenario) that ``out``'s journal lacks and write the outputs to ``out``."""
+    from simulator.checkpoint import has_checkpoint
     from simulator.engine import resources_needed, run
 
     journal = SweepJournal(out)
@@ -236,7 +237,8 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
             for key, (labels, seed, scenario) in bar:
                 bar.set_postfix_str(run_label(labels, seed))
                 kept = journal.run_directory(run_name(labels, seed)) if personalised else None
-                result = run(scenario, out_dir=kept, address=address)
+                checkpoints = journal.checkpoint_directory(key)  # an interrupted run continues from its last round
+                result = run(scenario, out_dir=kept, address=address, checkpoint_dir=checkpoints, resume=has_checkpoint(checkpoints))
                 if key == reference:
                     journal.save_records(key, rebuild_accountant(result).per_record())
                 done = _sweep_run(labels, seed, result, attacked=_attack_summary(scenario, address=address))
