@@ -79,6 +79,9 @@ class ServerProtocol(ABC):
     setup_stages: ClassVar[tuple[enum.Enum, ...]]
     round_stages: ClassVar[tuple[enum.Enum, ...]] = ()
     """Stages run at the start of every round, after ``begin_round`` and before the uploads."""
+    survives_missing_uploads: ClassVar[bool] = False
+    """Whether ``combine`` gives the right sum when some sampled participants never uploaded (they crashed);
+    where not, the engine abandons such a round."""
 
     def begin_round(self, *, round_index: int, participants: tuple[int, ...]) -> None:
         """Start round ``round_index`` with the sampled ``participants`` (before any ``round_stages``)."""

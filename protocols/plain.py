@@ -56,6 +56,7 @@ class PlainSumServer(ServerProtocol):
     """Server side of plain summation: adds the participants' vectors in participant order."""
 
     setup_stages: ClassVar[tuple[enum.Enum, ...]] = ()
+    survives_missing_uploads: ClassVar[bool] = True
 
     def relay(self, stage: enum.Enum, inbound: Mapping[int, object]) -> Mapping[int, object]:
         """Plain summation has no setup stages, so any call is out of order."""

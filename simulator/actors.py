@@ -380,6 +380,8 @@ class ServerActor:
         self.inbox = {u.sender: u.payload for u in updates}
         if not self.inbox:
             raise RoundAbandoned(f"round {round_index}: no participant's update arrived")
+        if len(self.inbox) < len(participants) and not self.protocol.survives_missing_uploads:
+            raise RoundAbandoned(f"round {round_index}: {type(self.protocol).__name__} cannot sum without every participant")
         requests = self.protocol.unmask_requests(self.inbox, round_index=round_index)
         unmasking: dict[int, Any] = {}
         if requests or self.finish_always:

@@ -70,6 +70,7 @@ class SecAggServer(ServerProtocol):
     graph; ``neighbours``, ``threshold``, ``corrupt_fraction`` and ``dropout_rate`` must match the silos'."""
 
     setup_stages: ClassVar[tuple[enum.Enum, ...]] = ()
+    survives_missing_uploads: ClassVar[bool] = True
     round_stages: ClassVar[tuple[enum.Enum, ...]] = tuple(SecAggStage)
 
     def __init__(
