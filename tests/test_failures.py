@@ -95,18 +95,24 @@ def test_several_silos_per_worker_crash_together(ray_local, tmp_path):
     assert all(set(worker_silos) <= set(r.report.events) for r in result.rounds[2:])
 
 
-def test_uldp_survives_crashes(ray_local, heart_disease_dir, tmp_path):
-    scenario = {
+def _uldp(heart_disease_dir, mechanism: dict, crashes: list[dict], *, rounds: int, users: int = 50, **blocks) -> dict:
+    """ULDP on Fed-Heart-Disease's four hospitals with the given crashes."""
+    return {
         "name": "uldp_faults", "seed": 3,
         "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
-                 "users": {"count": 50, "records": "zipf", "silos": "zipf"}},
+                 "users": {"count": users, "records": "zipf", "silos": "zipf"}},
         "model": {"name": "logistic_regression"},
-        "federation": {"rounds": 4, "local_steps": 2, "batch_size": 16, "lr": 0.01},
-        "mechanism": {"name": "uldp", "variant": "naive", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5},
+        "federation": {"rounds": rounds, "local_steps": 2, "batch_size": 16, "lr": 0.01},
+        "mechanism": {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5, **mechanism},
         "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
-        "faults": {"crashes": [{"silo": 3, "round": 2, "at": "before_upload"}, {"silo": 1, "round": 3, "at": "after_upload"}]},
+        "faults": {"crashes": crashes},
+        **blocks,
     }
-    result = run(scenario, out_dir=tmp_path / "run")
+
+
+def test_uldp_survives_crashes(ray_local, heart_disease_dir, tmp_path):
+    crashes = [{"silo": 3, "round": 2, "at": "before_upload"}, {"silo": 1, "round": 3, "at": "after_upload"}]
+    result = run(_uldp(heart_disease_dir, {"variant": "naive"}, crashes, rounds=4), out_dir=tmp_path / "run")
     assert [r.report.dropped for r in result.rounds] == [(), (3,), (1,), ()]
     assert result.privacy["epsilon"] > 0
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
@@ -184,18 +190,9 @@ def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray
 
 
 def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_dir):
-    scenario = {
-        "name": "uldp_faults", "seed": 3,
-        "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
-                 "users": {"count": 50, "records": "zipf", "silos": "zipf"}},
-        "model": {"name": "logistic_regression"},
-        "federation": {"rounds": 3, "local_steps": 2, "batch_size": 16, "lr": 0.01},
-        "mechanism": {"name": "uldp", "variant": "avg", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5},
-        "protocol": {"secure_aggregation": True, "threshold": 2},
-        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
-        "faults": {"crashes": [{"silo": 3, "round": 1, "at": "before_upload"}, {"silo": 1, "round": 2, "at": "after_upload"}]},
-    }
-    result = run(scenario)
+    crashes = [{"silo": 3, "round": 1, "at": "before_upload"}, {"silo": 1, "round": 2, "at": "after_upload"}]
+    result = run(_uldp(heart_disease_dir, {"variant": "avg"}, crashes, rounds=3,
+                       protocol={"secure_aggregation": True, "threshold": 2}))
     assert [r.report.dropped for r in result.rounds] == [(3,), (1,), ()]
     assert not any(r.report.abandoned for r in result.rounds)
     assert sorted(result.rounds[2].report.events) == [0, 1, 2, 3]
@@ -205,18 +202,10 @@ def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_
     """ULDP's Private Weighting Protocol has no dropout recovery (every silo's ciphertexts carry masks the others
     cancel): a silo lost before its upload abandons the round; one lost after it does not; its Paillier state
     comes back from its snapshot and the next round sums normally."""
-    scenario = {
-        "name": "pwp_faults", "seed": 11,
-        "data": {"dataset": "heart_disease", "partition": "natural", "silos": 4, "path": str(heart_disease_dir),
-                 "users": {"count": 12, "records": "zipf", "silos": "zipf"}},
-        "model": {"name": "logistic_regression"},
-        "federation": {"rounds": 3, "local_steps": 2, "batch_size": 16, "lr": 0.05},
-        "mechanism": {"name": "uldp", "variant": "avg_w", "noise_multiplier": 1.0, "max_grad_norm": 0.5, "global_lr": 2.0,
-                      "weighting": "private", "paillier_key_bits": 2048, "max_records_per_user": 1000},
-        "protocol": {"secure_aggregation": True},
-        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
-        "faults": {"crashes": [{"silo": 2, "round": 1, "at": "before_upload"}, {"silo": 0, "round": 2, "at": "after_upload"}]},
-    }
+    crashes = [{"silo": 2, "round": 1, "at": "before_upload"}, {"silo": 0, "round": 2, "at": "after_upload"}]
+    mechanism = {"variant": "avg_w", "noise_multiplier": 1.0, "global_lr": 2.0, "weighting": "private",
+                 "paillier_key_bits": 2048, "max_records_per_user": 1000}
+    scenario = _uldp(heart_disease_dir, mechanism, crashes, rounds=3, users=12, protocol={"secure_aggregation": True})
     result = run(scenario)
     reports = [r.report for r in result.rounds]
     assert [r.dropped for r in reports] == [(2,), (0,), ()]
