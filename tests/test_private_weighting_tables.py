@@ -66,3 +66,20 @@ def test_the_planner_drops_horners_rule_when_tables_pay_for_themselves() -> None
         assert plan.windows * plan.window_bits >= bits and plan.entries(users) <= budget
     assert plan_tables(users=10_000, exponent_bits=25, length=107, layout=layout, rounds=1, budget=1_000) == TablePlan(
         shifts=1, windows=25, window_bits=1)  # beyond the budget: the smallest tables rather than no run
+
+
+def test_a_snapshot_carries_the_weights_not_the_tables() -> None:
+    """A silo's snapshot pickles its encrypted weights and plan; the tables (up to hundreds of MB) are built again
+    from them and pack exactly what the original tables packed."""
+    import pickle
+
+    key = _key()
+    plan = TablePlan(shifts=3, windows=2, window_bits=6)
+    powers = WeightPowers({u: key.encrypt(w) for u, w in {1: 7, 4: 123_456}.items()}, plan=plan, layout=LAYOUT,
+                          modulus=key.public.n_square)
+    blob = pickle.dumps(powers)
+    copy = pickle.loads(blob)
+    exponents = np.random.default_rng(2).integers(-4000, 4000, size=(2, LENGTH))
+    assert copy.packed([4, 1], exponents, LENGTH) == powers.packed([4, 1], exponents, LENGTH)
+    table_entries = sum(len(row) for tables in powers._tables.values() for table in tables for row in table.rows)
+    assert len(blob) < table_entries * key.public.n_square.bit_length() // 8 // 4

@@ -79,6 +79,10 @@ def plan_tables(*, users: int, exponent_bits: int, length: int, layout: SlotLayo
     return best[1] if best else TablePlan(shifts=1, windows=exponent_bits, window_bits=1)
 
 
+def _rebuilt_powers(weights: Mapping[int, mpz], plan: TablePlan, layout: SlotLayout, modulus: mpz) -> "WeightPowers":
+    return WeightPowers(weights, plan=plan, layout=layout, modulus=modulus)
+
+
 class WeightPowers:
     """A silo's tables for its users' encrypted weights ``Enc(w_u)`` (modulo ``n^2``), built once at set-up."""
 
@@ -98,6 +102,12 @@ class WeightPowers:
     def encrypted_weight(self, user: int) -> mpz:
         """``Enc(w_u)``, the base of the user's first table."""
         return self._tables[user][0].rows[0][1]
+
+    def __reduce__(self) -> tuple:
+        # Pickled (a silo's snapshot) as the encrypted weights and the plan: the tables, up to hundreds of MB, are
+        # a function of them and are built again when the snapshot is loaded.
+        weights = {user: self.encrypted_weight(user) for user in self.users}
+        return _rebuilt_powers, (weights, self.plan, self.layout, self.modulus)
 
     def packed(self, users: list[int], exponents: np.ndarray, length: int) -> list[mpz]:
         """``Enc(sum_k 2^(L k) sum_u w_u e_{u,cK+k})`` for every ciphertext c, for signed integer ``exponents`` (one
