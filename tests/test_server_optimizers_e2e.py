@@ -26,8 +26,14 @@ def _same(a, b) -> bool:
     return rows_a == rows_b and model_a.keys() == model_b.keys() and all(torch.equal(model_a[k], model_b[k]) for k in model_a)
 
 
-def test_defaults_and_sgd_with_lr_one_are_fedavg_bit_for_bit(ray_local):
-    plain = _outcome(run(QUICKSTART, overrides=["federation.rounds=3"]))
+@pytest.fixture(scope="module")
+def fedavg(ray_local) -> tuple[list[tuple], dict[str, torch.Tensor]]:
+    """The quickstart's 3 rounds with the defaults (FedAvg), run once for every test that compares against it."""
+    return _outcome(run(QUICKSTART, overrides=["federation.rounds=3"]))
+
+
+def test_defaults_and_sgd_with_lr_one_are_fedavg_bit_for_bit(fedavg):
+    plain = fedavg
     explicit = run(QUICKSTART, overrides=["federation.rounds=3", "federation.server_optimizer={name: sgd, lr: 1.0}", "federation.proximal_mu=0"])
     assert _same(plain, _outcome(explicit))
 
@@ -36,11 +42,11 @@ def test_defaults_and_sgd_with_lr_one_are_fedavg_bit_for_bit(ray_local):
     "setting",
     ["federation.server_optimizer={name: adam}", "federation.server_optimizer={name: yogi}", "federation.proximal_mu=0.5"],
 )
-def test_fedadam_fedyogi_and_fedprox_runs_repeat_and_change_the_model(ray_local, setting):
+def test_fedadam_fedyogi_and_fedprox_runs_repeat_and_change_the_model(fedavg, setting):
     overrides = ["federation.rounds=3", setting]
     first, second = (_outcome(run(QUICKSTART, overrides=overrides)) for _ in range(2))
     assert _same(first, second)
-    assert not _same(first, _outcome(run(QUICKSTART, overrides=["federation.rounds=3"])))
+    assert not _same(first, fedavg)
     assert first[0][-1][2] > 0.5  # still learns: test accuracy after 3 rounds (10 classes)
 
 
