@@ -14,6 +14,9 @@ from tests.conftest import REPO, small_scenario
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 ADAM_AND_PROX = {"server_optimizer": {"name": "adam", "lr": 0.05}, "proximal_mu": 0.5}
+# The quickstart's actor shape for the small scenarios too: the idle actors of one run host the next (resources only
+# place actors), instead of new worker processes at each change of shape.
+RESOURCES = {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}}
 
 
 def _outcome(result) -> tuple[list[tuple], dict[str, torch.Tensor]]:
@@ -57,6 +60,7 @@ def test_the_server_steps_each_hypothesis_on_its_cluster_mean(ray_local):
         federation={"rounds": 2, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1,
                     "server_optimizer": {"name": "momentum", "lr": 0.5, "beta1": 0.9}},
         mechanism={"name": "dprivacy", "hypotheses": 2, "nu": 5.0, "radius": 1.0, "local_epochs": 1},
+        resources=RESOURCES,
     )
     reference = Momentum(lr=0.5, beta1=0.9)
     with Federation(scenario) as federation:
@@ -81,9 +85,9 @@ def test_the_server_steps_each_hypothesis_on_its_cluster_mean(ray_local):
     ids=["dp_sgd", "rpdp", "uldp_group", "pldp_update"],
 )
 def test_the_privacy_report_is_the_same_with_a_server_optimizer_and_fedprox(ray_local, blocks):
-    plain = run(small_scenario(**blocks))
+    plain = run(small_scenario(**blocks, resources=RESOURCES))
     federation = {**small_scenario()["federation"], **ADAM_AND_PROX}
-    optimised = run(small_scenario(**blocks, federation=federation))
+    optimised = run(small_scenario(**blocks, federation=federation, resources=RESOURCES))
     assert [r.epsilon for r in optimised.rounds] == [r.epsilon for r in plain.rounds]
     assert optimised.privacy == plain.privacy
     assert not _same(_outcome(plain), _outcome(optimised))
