@@ -17,7 +17,7 @@ import simulator.engine
 from simulator.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.output_dirs import new_directory
-from tests.conftest import REPO, small_scenario
+from tests.conftest import REPO
 from tests.test_sweep import _write_grid
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -106,7 +106,8 @@ def _assert_tensorboard_equals_metrics(out: Path) -> None:
 
 
 def test_api_runs_record_their_overrides_and_no_command_line(ray_local, tmp_path):
-    run(small_scenario(), overrides=["federation.rounds=1"], out_dir=tmp_path / "api")
+    # The quickstart, as the CLI runs above: their idle actors serve this run too (no new worker processes).
+    run(QUICKSTART, overrides=["federation.rounds=1"], out_dir=tmp_path / "api")
     invocation = json.loads((tmp_path / "api" / "summary.json").read_text())["invocation"]
     assert invocation["argv"] is None and invocation["overrides"] == ["federation.rounds=1"]
     assert invocation["privsilo_version"]

@@ -16,7 +16,10 @@ from tests.conftest import REPO
 SCENARIOS = REPO / "scenarios"
 FAST = ["federation.rounds=1", "federation.local_steps=2"]
 RUN = {  # grid -> the --set overrides that make its first cell take seconds
-    "dprivacy/synthetic_linear_grid.yaml": ["federation.rounds=2", "data.silos=10", "federation.client_rate=0.5"],
+    # The other grids' actor shape (0.5 CPU, the default; resources only place actors): the session's idle actors
+    # then serve every grid here, instead of new worker processes for this one and again for the next.
+    "dprivacy/synthetic_linear_grid.yaml": ["federation.rounds=2", "data.silos=4", "federation.client_rate=0.5",
+                                            "resources.silo.num_cpus=0.5", "resources.server.num_cpus=0.5"],
     "dprivacy/rotated_mnist_grid.yaml": ["federation.rounds=1", "data.silos=4", "data.max_records_per_silo=50"],
     "rpdp/heart_disease_grid.yaml": FAST,
     "uldp/heart_disease_grid.yaml": FAST,

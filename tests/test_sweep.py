@@ -26,6 +26,9 @@ def _write_grid(directory: Path, **changes) -> Path:
         data={"dataset": "digits", "partition": "iid", "silos": 2},
         federation={"rounds": 2, "client_rate": 1.0, "local_steps": 2, "batch_size": 32, "lr": 0.1},
         mechanism={"name": "rpdp"},
+        # The actor shape of the shipped scenarios (0.5 CPU, the default) that the CLI and grid tests run: the
+        # session's idle actors host these runs too instead of new worker processes (resources only place actors).
+        resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
     )
     (directory / "base.yaml").write_text(yaml.safe_dump(base))
     grid = {

@@ -23,7 +23,8 @@ def _scenario(heart_disease_dir, **mechanism) -> dict:
         "federation": {"rounds": ROUNDS, "local_steps": LOCAL_STEPS, "batch_size": BATCH, "lr": 0.01},
         "mechanism": {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5, **mechanism},
         "protocol": {"secure_aggregation": True},  # avg, avg_w and sgd split their noise across silos
-        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+        # The shape the sweep tests before these leave idle (0.5 CPU; resources only place actors): fewer new workers.
+        "resources": {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
     }
 
 

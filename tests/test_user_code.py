@@ -1,11 +1,13 @@
 """Users' own models and datasets (examples/wine_csv): from YAML import strings through the CLI, as objects through
 ``privsilo.run``, as names registered by an installed package; each with dp_sgd and secure aggregation on real
-Ray actors. Bad models and datasets exit 2 with one line naming the field."""
+Ray actors. Bad models and datasets exit 2 with one line naming the field (checked through ``main``, the function
+``python -m simulator.cli`` calls, in this process; one case also in a fresh interpreter)."""
 from __future__ import annotations
 
 import csv
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 import yaml
 
 import privsilo
+from simulator.cli import main
 from examples.wine_csv.data import load_wine_csv
 from examples.wine_csv.model import tabular_mlp
 from simulator.errors import ScenarioError
@@ -23,6 +26,15 @@ from tests.test_cli import one_error_line, privsilo as privsilo_cli
 
 EXAMPLE = REPO / "examples" / "wine_csv" / "scenario.yaml"
 SHORT = ["federation.rounds=3"]
+
+
+def _validate(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """``privsilo validate ARGS`` through the CLI's ``main`` in this process (what ``python -m simulator.cli``
+    runs, without a new interpreter's second of imports per case), as the CompletedProcess ``one_error_line`` reads."""
+    capsys.readouterr()
+    code = main(["validate", *args])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["privsilo", "validate", *args], code, captured.out, captured.err)
 
 
 def _metrics(out: Path) -> list[dict[str, str]]:
@@ -111,11 +123,19 @@ def test_registered_names_are_listed_and_usable(tmp_path) -> None:
         (["data.dataset=no.such.module:load"], "data.dataset", "cannot import module"),
     ],
 )
-def test_bad_models_and_datasets_name_the_field(overrides, field, words) -> None:
-    proc = privsilo_cli("validate", str(EXAMPLE), *[f"--set={s}" for s in overrides])
+def test_bad_models_and_datasets_name_the_field(overrides, field, words, capsys) -> None:
+    proc = _validate(capsys, str(EXAMPLE), *[f"--set={s}" for s in overrides])
     line = one_error_line(proc)
     assert line.startswith(f"privsilo: error: {field}: "), line
     assert words in line, line
+
+
+def test_a_bad_model_exits_2_with_one_line_from_a_fresh_interpreter() -> None:
+    """The cases above run ``main`` in this process; one of them again as a command in a new interpreter (exit
+    status 2, nothing but the one line on stderr)."""
+    proc = privsilo_cli("validate", str(EXAMPLE), "--set=model.name=examples.wine_csv.model:nothing")
+    line = one_error_line(proc)
+    assert line.startswith("privsilo: error: model.name: ") and "has no attribute" in line, line
 
 
 class _MixesRecords(torch.nn.Module):
@@ -156,19 +176,19 @@ def frozen_mlp(*, feature_shape, num_classes):
         ("frozen_mlp", "{name: none}", "frozen parameters"),
     ],
 )
-def test_models_that_break_clipping_or_determinism_are_refused(factory, mechanism, words) -> None:
+def test_models_that_break_clipping_or_determinism_are_refused(factory, mechanism, words, capsys) -> None:
     """Found by a review: parameterless layers that mix records passed a check by layer type, and functional
     dropout or frozen parameters failed only inside the run."""
     extra = ["--set=data.users={count: 20}"] if "uldp" in mechanism else []
-    proc = privsilo_cli("validate", str(EXAMPLE), f"--set=model.name=tests.test_user_code:{factory}", "--set=model.kwargs={}",
-                        f"--set=mechanism={mechanism}", *extra)
+    proc = _validate(capsys, str(EXAMPLE), f"--set=model.name=tests.test_user_code:{factory}", "--set=model.kwargs={}",
+                     f"--set=mechanism={mechanism}", *extra)
     line = one_error_line(proc)
     assert line.startswith("privsilo: error: model.name: ") and words in line, line
 
 
-def test_batchnorm_is_fine_without_per_record_clipping() -> None:
-    proc = privsilo_cli("validate", str(EXAMPLE), "--set=model.name=examples.wine_csv.model:tabular_mlp_with_batchnorm",
-                        "--set=mechanism={name: none}", "--set=protocol.secure_aggregation=false")
+def test_batchnorm_is_fine_without_per_record_clipping(capsys) -> None:
+    proc = _validate(capsys, str(EXAMPLE), "--set=model.name=examples.wine_csv.model:tabular_mlp_with_batchnorm",
+                     "--set=mechanism={name: none}", "--set=protocol.secure_aggregation=false")
     assert proc.returncode == 0, proc.stderr
 
 
