@@ -57,7 +57,8 @@ def small_scenario(**blocks) -> dict:
         "federation": {"rounds": 3, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},
         "mechanism": {"name": "none"},
         "protocol": {"secure_aggregation": False},
-        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+        # the quickstart's and shipped scenarios' actor shape: runs one after another reuse the session's idle actors
+        "resources": {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
     }
     scenario.update(blocks)
     return scenario

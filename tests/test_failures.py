@@ -25,6 +25,8 @@ from tests.conftest import small_scenario
 
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
+# a crash takes down exactly the silo named (not its worker's other silos), whatever this machine's cores
+ONE_SILO_PER_WORKER = {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1}
 
 
 def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol: dict | None = None, **blocks) -> dict:
@@ -34,7 +36,7 @@ def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol
         mechanism=mechanism,
         protocol=protocol or {"secure_aggregation": False},
         faults={"crashes": crashes},
-        **blocks,
+        **{"resources": ONE_SILO_PER_WORKER, **blocks},
     )
 
 
@@ -89,7 +91,7 @@ def test_rpdp_budgets_hold_across_crashes(ray_local, tmp_path, at):
 
 def test_several_silos_per_worker_crash_together(ray_local, tmp_path):
     crashes = [{"silo": 2, "round": 2, "at": "before_upload"}]
-    result = run(_scenario(DP_SGD, crashes, resources={"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}, "silos_per_actor": 2}))
+    result = run(_scenario(DP_SGD, crashes, resources={**ONE_SILO_PER_WORKER, "silos_per_actor": 2}))
     worker_silos = next(hosted for hosted in result.packing if 2 in hosted)
     assert result.rounds[1].report.dropped == tuple(sorted(worker_silos)) and len(worker_silos) == 2
     assert all(set(worker_silos) <= set(r.report.events) for r in result.rounds[2:])
@@ -104,7 +106,7 @@ def _uldp(heart_disease_dir, mechanism: dict, crashes: list[dict], *, rounds: in
         "model": {"name": "logistic_regression"},
         "federation": {"rounds": rounds, "local_steps": 2, "batch_size": 16, "lr": 0.01},
         "mechanism": {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5, **mechanism},
-        "resources": {"server": {"num_cpus": 0.25}, "silo": {"num_cpus": 0.25, "num_gpus": 0}},
+        "resources": ONE_SILO_PER_WORKER,
         "faults": {"crashes": crashes},
         **blocks,
     }
