@@ -1,11 +1,12 @@
 """Checkpoints of a run in progress, and resuming from them (``privsilo run --out DIR --resume``).
 
-After every ``checkpoint.every`` rounds the driver writes ``DIR/checkpoint.pkl``: the scenario, privsilo's version,
-the rounds completed, the server's state (global model, generators, mechanism, protocol, optimiser), every silo's
+After every ``checkpoint.every`` rounds the driver writes ``DIR/checkpoint.pkl``: a JSON header (the scenario,
+privsilo's version, the payload's length and SHA-256), then a pickle of the rounds completed, the server's state (global model, generators, mechanism, protocol, optimiser), every silo's
 snapshot (model, generator, mechanism state such as rPDP's spent budgets, protocol keys), the accountant, the
 metrics so far and the failure counts. The file is written beside its final name, flushed to disk and renamed
 over it, so it is always a whole checkpoint; it starts with a header holding the SHA-256 of the rest, and a file
-whose digest or length does not match is never loaded. It holds every silo's generator state, which replays the
+whose digest or length does not match is never loaded. The digest detects corruption, not tampering: loading a
+checkpoint unpickles it, so load only checkpoints you wrote. It holds every silo's generator state, which replays the
 silos' noise: it is written readable by its owner only (mode 0600) and is removed when the run's results are
 written (they replace the directory).
 """
@@ -35,17 +36,21 @@ def checkpoint_path(directory: Path) -> Path:
     return Path(directory) / CHECKPOINT_FILE
 
 
-def write_checkpoint(directory: Path, state: Mapping[str, Any]) -> None:
-    """Write ``state`` (plus privsilo's version) atomically to ``directory/checkpoint.pkl``, owner-readable only."""
+def write_checkpoint(directory: Path, state: Mapping[str, Any], *, scenario: Mapping[str, Any]) -> None:
+    """Write ``state`` atomically to ``directory/checkpoint.pkl``, owner-readable only; its header holds the
+    scenario, privsilo's version and the payload's length and SHA-256 (checked before anything is unpickled)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    payload = pickle.dumps({**state, "version": privsilo_version()}, protocol=pickle.HIGHEST_PROTOCOL)
-    header = json.dumps({"sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}).encode() + b"\n"
+    for stale in directory.glob(f".{CHECKPOINT_FILE}.partial-*"):  # left by a run killed while writing
+        stale.unlink(missing_ok=True)
+    payload = pickle.dumps(dict(state), protocol=pickle.HIGHEST_PROTOCOL)
+    header = {"version": privsilo_version(), "scenario": dict(scenario), "bytes": len(payload),
+              "sha256": hashlib.sha256(payload).hexdigest()}
     final = checkpoint_path(directory)
     partial = directory / f".{CHECKPOINT_FILE}.partial-{os.getpid()}"
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
-        handle.write(MAGIC + header + payload)
+        handle.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(partial, final)
@@ -60,8 +65,10 @@ def has_checkpoint(directory: Path) -> bool:
     return checkpoint_path(directory).is_file()
 
 
-def read_checkpoint(directory: Path) -> dict[str, Any]:
-    """The checkpoint in ``directory``, after checking its header, length and SHA-256 (else ``CheckpointError``)."""
+def read_checkpoint(directory: Path, *, scenario: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The checkpoint in ``directory``, after checking its header, length and SHA-256 (else ``CheckpointError``)
+    and, given ``scenario``, that it was written by this privsilo version for the same scenario (else
+    ``ScenarioError`` naming what differs), all before anything is unpickled."""
     path = checkpoint_path(directory)
     if not path.is_file():
         raise CheckpointError(f"--resume: {directory} holds no checkpoint ({CHECKPOINT_FILE}); there is nothing to resume")
@@ -73,19 +80,25 @@ def read_checkpoint(directory: Path) -> dict[str, Any]:
     try:
         header = json.loads(header_line)
         expected_bytes, expected_digest = int(header["bytes"]), str(header["sha256"])
+        version, written_for = str(header["version"]), dict(header["scenario"])
     except (ValueError, KeyError, TypeError):
         raise CheckpointError(f"{corrupt} (unreadable header); it was not loaded") from None
     if len(payload) != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_digest:
         raise CheckpointError(f"{corrupt} (its length or SHA-256 does not match its header); it was not loaded")
-    return pickle.loads(payload)
+    if scenario is not None:
+        _check_resumable(version, written_for, scenario, directory=Path(directory))
+    try:
+        return pickle.loads(payload)
+    except Exception as error:  # noqa: BLE001 (whatever unpickling raises, the user gets one line)
+        raise CheckpointError(f"--resume: {path} could not be loaded ({type(error).__name__}: {error})") from None
 
 
-def check_resumable(checkpoint: Mapping[str, Any], scenario_dict: Mapping[str, Any], *, directory: Path) -> None:
+def _check_resumable(version: str, written_for: Mapping[str, Any], scenario: Mapping[str, Any], *, directory: Path) -> None:
     """Refuse to resume with another privsilo version or a scenario that differs (outside ``MAY_DIFFER``); the
     error names the first differing key and both values."""
-    if checkpoint["version"] != privsilo_version():
-        raise ScenarioError("--resume", str(directory), f"the checkpoint was written by privsilo {checkpoint['version']}, this is {privsilo_version()}; resume with that version or start again with --overwrite")
-    difference = _first_difference(checkpoint["scenario"], scenario_dict)
+    if version != privsilo_version():
+        raise ScenarioError("--resume", str(directory), f"the checkpoint was written by privsilo {version}, this is {privsilo_version()}; resume with that version or start again with --overwrite")
+    difference = _first_difference(written_for, scenario)
     if difference is not None:
         key, then, now = difference
         raise ScenarioError(key, now, f"the checkpoint in {directory} was written with {then!r}; resume with the same scenario or start again with --overwrite")

@@ -28,7 +28,7 @@ from simulator.data.sources import scenario_dataset
 from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
-from simulator.checkpoint import check_resumable, read_checkpoint, write_checkpoint
+from simulator.checkpoint import read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
@@ -139,7 +139,6 @@ class Federation:
         self.snapshots = snapshots or self.scenario.faults.any or resume_from is not None
         self.crash_plan = crash_plan(self.scenario.faults, seed=self.scenario.seed, num_silos=self.scenario.data.silos,
                                      rounds=self.scenario.federation.rounds)
-        self.restarts = 0
         self._stack = ExitStack()
         self.timing: dict[str, float] = {}
         self.protocol_timing: dict[str, float] = {}  # parts of protocol_setup_seconds: the protocol's set-up, silo and server side
@@ -175,6 +174,12 @@ class Federation:
             connect_timeout=scenario.ray.connect_timeout,
         ))
         self.packing = pack_silos(len(specs), demand.workers)
+        if self.resume_from is not None and tuple(self.resume_from["packing"]) != self.packing:
+            # which silos share a worker decides which crash together: a resumed run must pack as the first did
+            raise ScenarioError("resources.silos_per_actor", scenario.resources.silos_per_actor,
+                                f"the checkpoint's run packed the silos into {len(self.resume_from['packing'])} workers, this one "
+                                f"into {len(self.packing)}; set resources.silos_per_actor to "
+                                f"{max(len(h) for h in self.resume_from['packing'])} (and give Ray the CPUs it needs) to resume")
         res = scenario.resources
         self.vault = None
         if self.snapshots:
@@ -226,11 +231,14 @@ class Federation:
     def recover(self, crashed_workers: Sequence[int]) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
         again and replaces each by its latest snapshot (see :mod:`simulator.snapshots`)."""
+        if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
+            raise PrivsiloError(
+                f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
+                "(they are kept with an output directory and checkpoint.every > 0, or with a faults block)")
         for index in crashed_workers:
             _wait_until_alive(self.workers[index])
         _wait_for_workers([self._host(index) for index in crashed_workers])
         ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
-        self.restarts += len(crashed_workers)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The server's snapshot and every silo's latest snapshot, for a checkpoint."""
@@ -305,8 +313,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
     the run continues from the checkpoint there (see :mod:`simulator.checkpoint`)."""
     checkpoint = None
     if resume:
-        checkpoint = read_checkpoint(checkpoint_dir)
-        check_resumable(checkpoint, scenario.to_dict(), directory=checkpoint_dir)
+        checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
     with Federation(scenario, snapshots=every > 0, resume_from=checkpoint) as federation:
@@ -347,10 +354,10 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
             if every and (round_index + 1) % every == 0:
                 write_checkpoint(checkpoint_dir, {
-                    "scenario": scenario.to_dict(), "accountant": accountant, "records": records, "failures": failures,
+                    "accountant": accountant, "records": records, "failures": failures, "packing": federation.packing,
                     "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
                     **federation.checkpoint_state(),
-                })
+                }, scenario=scenario.to_dict())
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
@@ -443,6 +450,8 @@ def _wait_until_alive(actor: Any) -> None:
         try:
             ray.get(actor.__ray_ready__.remote())
             return
+        except ray.exceptions.ActorDiedError:
+            raise PrivsiloError("a silo worker that crashed could not be restarted (Ray reports it dead)") from None
         except ray.exceptions.ActorUnavailableError:
             if time.monotonic() > deadline:
                 raise PrivsiloError(f"a silo worker that crashed was not restarted within {ACTOR_START_TIMEOUT_S} s") from None

@@ -705,7 +705,9 @@ def _check_protocol(scenario: Scenario) -> None:
 
 
 def _check_faults(scenario: Scenario) -> None:
-    """Injected crashes name silos and rounds of this run, at most one per silo and round."""
+    """Injected crashes name silos and rounds of this run, at most one per silo and round, and no attack."""
+    if scenario.attack is not None and scenario.faults.any:
+        raise ScenarioError("faults", scenario.faults.model_dump(), "a gradient-inversion attack (the attack block) runs without injected crashes; remove one of the two blocks")
     seen = set()
     for index, crash in enumerate(scenario.faults.crashes):
         field = f"faults.crashes[{index}]"

@@ -9,6 +9,7 @@ budget.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 
 import numpy as np
@@ -46,18 +47,28 @@ def _silo_states(checkpoint_dir) -> dict:
     return {silo: load_with_records(blob, {"features": None, "labels": None}) for silo, blob in blobs.items()}
 
 
+def _crashes(at: str) -> list[dict]:
+    """Silo 1 crashes at ``at`` in round 2, silo 3 before its upload in round 3."""
+    return [{"silo": 1, "round": 2, "at": at}, {"silo": 3, "round": 3, "at": "before_upload"}]
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_run(at: str):
+    """The plain-sum run with :func:`_crashes` (shared by the tests below; needs the ``ray_local`` session)."""
+    return run(_scenario(DP_SGD, _crashes(at)))
+
+
 @pytest.mark.parametrize("at", CRASH_POINTS)
-def test_a_crashed_silo_drops_out_of_its_round_and_comes_back(ray_local, tmp_path, at):
-    crashes = [{"silo": 1, "round": 2, "at": at}]
-    result = run(_scenario(DP_SGD, crashes), checkpoint_dir=tmp_path / "ck")
+def test_a_crashed_silo_drops_out_of_its_round_and_comes_back(ray_local, at):
+    result = _plain_run(at)
     reports = [record.report for record in result.rounds]
-    assert [r.dropped for r in reports] == [(), (1,), (), ()]
-    assert reports[1].crashed_workers and not reports[1].abandoned
-    # the crashed silo uploads again in the next rounds (its events reach the accountant)
-    assert all(1 in r.events for r in reports[2:])
+    assert [r.dropped for r in reports] == [(), (1,), (3,), ()]
+    assert reports[1].crashed_workers and not any(r.abandoned for r in reports)
+    # the crashed silos upload again in the next rounds (their events reach the accountant)
+    assert 1 in reports[2].events and {1, 3} <= set(reports[3].events)
     # after an upload the silo was charged for the round; before it, nothing was released and nothing charged
-    assert (1 in reports[1].events) == (at == "after_upload")
-    assert result.failures == {"crashes": 1, "restarts": 1, "silos_dropped": 1, "rounds_with_dropouts": 1, "rounds_abandoned": 0}
+    assert (1 in reports[1].events) == (at == "after_upload") and 3 not in reports[2].events
+    assert result.failures == {"crashes": 2, "restarts": 2, "silos_dropped": 2, "rounds_with_dropouts": 2, "rounds_abandoned": 0}
 
 
 def test_after_upload_the_update_is_used_and_before_upload_it_is_not(ray_local, tmp_path):
@@ -74,11 +85,11 @@ def test_after_upload_the_update_is_used_and_before_upload_it_is_not(ray_local, 
     assert before_loss != clean_loss
 
 
-@pytest.mark.parametrize("at", ["before_upload", "after_upload"])
-def test_rpdp_budgets_hold_across_crashes(ray_local, tmp_path, at):
+def test_rpdp_budgets_hold_across_crashes(ray_local, tmp_path):
     """Each silo's own record of spending (its snapshot) equals the server's account of its uploads, and no record
-    exceeds its budget, with a silo crashing in two rounds."""
-    crashes = [{"silo": 2, "round": 2, "at": at}, {"silo": 2, "round": 4, "at": at}, {"silo": 0, "round": 3, "at": "setup"}]
+    exceeds its budget, with a silo crashing before its upload in one round and after it in another."""
+    crashes = [{"silo": 2, "round": 2, "at": "before_upload"}, {"silo": 2, "round": 4, "at": "after_upload"},
+               {"silo": 0, "round": 3, "at": "setup"}]
     result = run(_scenario(RPDP, crashes, rounds=5), checkpoint_dir=tmp_path / "ck")
     assert result.privacy["max_spent_over_budget"] <= 1.0
     per_record = read_checkpoint(tmp_path / "ck")["accountant"].per_record()
@@ -153,10 +164,12 @@ def test_random_failures_run_to_the_end(ray_local):
         ({"silo_failure_rate": 1.0}, "faults.silo_failure_rate"),
         ({"silo_failure_rate": -0.1}, "faults.silo_failure_rate"),
         ({"crash": []}, "faults"),
+        ({"silo_failure_rate": 0.1, "attack": {}}, "faults"),
     ],
 )
 def test_bad_faults_name_the_field(faults, field):
-    scenario = small_scenario(data={"dataset": "digits", "partition": "iid", "silos": 4}, faults=faults)
+    attack = {"attack": faults.pop("attack")} if "attack" in faults else {}
+    scenario = small_scenario(data={"dataset": "digits", "partition": "iid", "silos": 4}, faults=faults, **attack)
     with pytest.raises(ScenarioError) as error:
         validate_scenario(scenario)
     assert str(error.value).startswith(field)
@@ -164,11 +177,10 @@ def test_bad_faults_name_the_field(faults, field):
 
 @pytest.mark.parametrize(("at", "neighbours"), [("setup", "all"), ("before_upload", 2), ("after_upload", "all"), ("after_upload", 2)])
 def test_secure_aggregation_recovers_the_plaintext_sum_of_the_survivors(ray_local, at, neighbours):
-    """The same crash under secure aggregation (complete graph, or SecAgg+ with 2 neighbours) and under the plain
-    sum: the same silos drop, and every round's model agrees to the fixed-point precision (2^-24 per silo)."""
-    crashes = [{"silo": 1, "round": 2, "at": at}, {"silo": 3, "round": 3, "at": "before_upload"}]
-    plain = run(_scenario(DP_SGD, crashes))
-    secure = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "neighbours": neighbours}))
+    """The same crashes under secure aggregation (complete graph, or SecAgg+ with 2 neighbours) and under the
+    plain sum: the same silos drop, and every round's model agrees to the fixed-point precision (2^-24 per silo)."""
+    plain = _plain_run(at)
+    secure = run(_scenario(DP_SGD, _crashes(at), protocol={"secure_aggregation": True, "neighbours": neighbours}))
     assert [r.report.dropped for r in secure.rounds] == [r.report.dropped for r in plain.rounds] == [(), (1,), (3,), ()]
     assert [sorted(r.report.events) for r in secure.rounds] == [sorted(r.report.events) for r in plain.rounds]
     assert [r.report.loss for r in secure.rounds] == pytest.approx([r.report.loss for r in plain.rounds], abs=1e-5)

@@ -154,10 +154,8 @@ def test_resume_refuses_another_scenario(ray_local, tmp_path):
         with pytest.raises(ScenarioError) as error:
             run({**scenario, key: value}, checkpoint_dir=tmp_path, resume=True)
         assert str(error.value).startswith(field)
-    state = read_checkpoint(tmp_path)
-    write_checkpoint(tmp_path, state)
     data = (tmp_path / CHECKPOINT_FILE).read_bytes()
-    (tmp_path / CHECKPOINT_FILE).write_bytes(data.replace(b"privsilo checkpoint v1", b"privsilo checkpoint v1", 1)[:-1] + b"x")
+    (tmp_path / CHECKPOINT_FILE).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit flipped
     with pytest.raises(CheckpointError, match="corrupt or half-written.*not loaded"):
         run(scenario, checkpoint_dir=tmp_path, resume=True)
     (tmp_path / CHECKPOINT_FILE).write_bytes(data[: len(data) // 2])
@@ -165,13 +163,24 @@ def test_resume_refuses_another_scenario(ray_local, tmp_path):
         read_checkpoint(tmp_path)
 
 
-def test_resume_refuses_another_version(tmp_path, monkeypatch):
+def test_resume_refuses_another_version_before_unpickling(tmp_path, monkeypatch):
     import simulator.checkpoint as checkpoint
 
-    write_checkpoint(tmp_path, {"scenario": {}})
+    write_checkpoint(tmp_path, {"state": 1}, scenario={"seed": 0})
     monkeypatch.setattr(checkpoint, "privsilo_version", lambda: "9.9.9")
+    monkeypatch.setattr(checkpoint.pickle, "loads", lambda _: pytest.fail("unpickled before the version check"))
     with pytest.raises(ScenarioError, match="written by privsilo .* this is 9.9.9"):
-        checkpoint.check_resumable(read_checkpoint(tmp_path), {}, directory=tmp_path)
+        read_checkpoint(tmp_path, scenario={"seed": 0})
+
+
+def test_a_checkpoint_that_does_not_unpickle_is_one_line(tmp_path, monkeypatch):
+    import simulator.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint.pickle, "dumps", lambda *_, **__: b"\x80\x05cnowhere\nGone\n.")
+    write_checkpoint(tmp_path, {}, scenario={})
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match="could not be loaded"):
+        read_checkpoint(tmp_path, scenario={})
 
 
 def test_resume_needs_a_checkpoint(tmp_path):

@@ -127,6 +127,14 @@ def recoverable(silos, server, drops: dict[int, str], participants) -> bool:
             return False
     if len(uploaded) < 2:
         return False
+    reached, frontier = set(), [min(uploaded)]
+    while frontier:  # uploaders the graph splits into groups: unmasking would show each group's sum
+        node = frontier.pop()
+        if node not in reached:
+            reached.add(node)
+            frontier.extend(set(graph[node]) & uploaded)
+    if reached != uploaded:
+        return False
     for silo in shared:
         holders = ({silo, *graph[silo]} & shared)
         needed = silo in uploaded or bool(holders & uploaded - {silo})
@@ -686,3 +694,18 @@ def test_with_k_neighbours_every_message_grows_with_k_not_n() -> None:
     replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
     assert all(len(r.self_mask_shares) + len(r.mask_seed_shares) == k + 1 for r in replies.values())
     np.testing.assert_array_equal(server.combine(messages, round_index=0, participants=tuple(range(n)), unmasking=replies), np.full(3, 40.0))
+
+
+def test_uploaders_the_graph_does_not_connect_are_not_unmasked() -> None:
+    """With 2 neighbours (a ring) over 6 silos, two silos opposite each other dropping before their uploads split
+    the uploaders into two groups: unmasking would give the server each group's sum, so the round is abandoned
+    before any share is asked for (Bell et al. Sec. 3)."""
+    silos, server = federation(6, neighbours=2, threshold=2)
+    vectors = random_vectors(6, np.random.default_rng(0))
+    graph = round_graph(tuple(range(6)), degree=2, public_seed=server.public_seed, round_index=0)
+    first = 0
+    opposite = next(s for s in range(6) if s not in graph[first] and s != first and not set(graph[s]) & set(graph[first]))
+    result = run_round(silos, server, vectors, round_index=0, drops={first: "protect", opposite: "protect"})
+    assert result.total is None and "does not connect" in str(result.abandoned)
+    assert "unmask" not in result.view
+

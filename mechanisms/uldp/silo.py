@@ -153,11 +153,23 @@ class GroupSilo(_UldpSilo):
             [np.flatnonzero(self.user_ids == u)[: quota[u]] for u in np.unique(self.user_ids)] or [np.zeros(0, dtype=np.int64)]
         )).astype(np.int64)
         self.kept = kept
-        index = torch.as_tensor(kept, device=context.device)
-        self.local = dataclasses.replace(context, features=context.features[index], labels=context.labels[index])
+        self.local = self._kept_records()
         # A silo that keeps no record has none to sample (rate 0: no record-level loss) but still takes its noisy
         # steps, so its upload does not tell whether its users' records were kept elsewhere.
         self.rate = min(1.0, context.training.batch_size / len(kept)) if len(kept) else 0.0
+
+    def _kept_records(self) -> SiloContext:
+        """The silo's context restricted to the kept records (copies of them: rebuilt, never snapshotted)."""
+        index = torch.as_tensor(self.kept, device=self.context.device)
+        return dataclasses.replace(self.context, features=self.context.features[index], labels=self.context.labels[index])
+
+    def __getstate__(self) -> dict:
+        # a snapshot holds no records (simulator.snapshots): the kept copies are rebuilt from the context on load
+        return {key: value for key, value in self.__dict__.items() if key != "local"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.local = self._kept_records()
 
     def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: object) -> SiloContribution:
         plan_mask(plan, self.num_users)  # group has no user sampling: only None passes for all users

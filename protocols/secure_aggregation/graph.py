@@ -71,3 +71,21 @@ def round_graph(
         silo_at[position]: tuple(sorted(silo_at[q] for q in harary_positions(position, n=n, degree=degree)))
         for position in range(n)
     }
+
+
+def connected(nodes: frozenset[int], graph: dict[int, tuple[int, ...]]) -> bool:
+    """Whether ``nodes`` induce a connected subgraph of ``graph`` (a breadth-first search over their edges). The
+    uploaders' pairwise masks hide each upload only inside the group the graph connects it to, so unmasking
+    uploaders that are split into groups would reveal each group's sum (Bell et al. Sec. 3)."""
+    if not nodes:
+        return True
+    start = min(nodes)
+    seen, frontier = {start}, [start]
+    while frontier:
+        node = frontier.pop()
+        for peer in graph[node]:
+            if peer in nodes and peer not in seen:
+                seen.add(peer)
+                frontier.append(peer)
+    return len(seen) == len(nodes)
+

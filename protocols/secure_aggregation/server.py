@@ -19,7 +19,7 @@ from protocols.base import (
     collect_round_messages,
 )
 from protocols.fixed_point import FixedPointCodec
-from protocols.secure_aggregation.graph import round_graph
+from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.limits import check_count, check_minimum
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
 from protocols.secure_aggregation.messages import (
@@ -93,6 +93,11 @@ class SecAggServer(ServerProtocol):
         self.public_seed = public_seed
         self._round: _Round | None = None
         self._last_round: int | None = None
+
+    def __getstate__(self) -> dict:
+        # The server's snapshot (checkpoints) is taken between rounds and never carries a round's public keys,
+        # relayed shares or rebuilt seeds; the next round starts afresh.
+        return {**self.__dict__, "_round": None}
 
     def relay(self, stage: enum.Enum, inbound: Mapping[int, object]) -> Mapping[int, object]:
         """Keys are agreed every round, so there are no setup stages; any call is out of order."""
@@ -224,8 +229,8 @@ class SecAggServer(ServerProtocol):
 
     def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, UnmaskRequest]:
         """Bonawitz et al. round 4's request to every uploader: which silos of its share set uploaded. Raises
-        ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded or some needed seed
-        has fewer than ``threshold`` holders among the uploaders."""
+        ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded, some needed seed
+        has fewer than ``threshold`` holders among the uploaders, or the graph does not connect the uploaders."""
         state = self._current(round_index, "unmask_requests")
         if not set(messages) <= state.shared:
             raise ProtocolStateError(f"server: uploads from silos {sorted(set(messages) - state.shared)} that did not share")
@@ -243,6 +248,11 @@ class SecAggServer(ServerProtocol):
                     f"round {round_index}: the {kind} seeds of silos {short[:10]} have fewer than "
                     f"{state.parameters.threshold} holders among the uploaders"
                 )
+        if not connected(state.uploaded, state.graph):
+            raise RoundAbandoned(
+                f"round {round_index}: the graph does not connect the uploaders; unmasking them would reveal the sum "
+                "of each group they split into"
+            )
         state.requests = {
             silo_id: UnmaskRequest(
                 round_index=round_index, uploaded=tuple(sorted(state.share_set(silo_id) & state.uploaded)),

@@ -96,6 +96,12 @@ class SecAggSilo(SiloProtocol):
         self._round: _Round | None = None
         self._last_round: int | None = None
 
+    def __getstate__(self) -> dict:
+        # A snapshot (crash recovery, checkpoints) is taken between rounds or after this silo's upload; it never
+        # carries a round's seeds, keys or shares, which with the upload would unmask it. A silo restored after a
+        # crash never rejoins the round it crashed in, and the next round starts afresh.
+        return {**self.__dict__, "_round": None}
+
     def setup_reply(self, stage: enum.Enum, inbound: object | None) -> object | None:
         """Keys are agreed every round, so there are no setup stages; any call is out of order."""
         raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
