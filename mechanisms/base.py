@@ -306,9 +306,16 @@ def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
     import torch
 
-    first = next(model.parameters())
-    # torch.tensor copies: the parameters must never alias the caller's (e.g. the broadcast) array.
-    torch.nn.utils.vector_to_parameters(torch.tensor(vector, dtype=first.dtype, device=first.device), model.parameters())
+    values, offset = torch.as_tensor(np.asarray(vector)), 0
+    # Copied into each parameter in place: the parameters never alias the caller's (e.g. the broadcast) array, and
+    # never become views of one flat tensor (which pickling, e.g. a silo's snapshot, would write once per view).
+    with torch.no_grad():
+        for parameter in model.parameters():
+            size = parameter.numel()
+            parameter.copy_(values[offset:offset + size].view_as(parameter))
+            offset += size
+    if offset != values.numel():
+        raise ValueError(f"a vector of {values.numel()} values for a model of {offset} parameters")
 
 
 def numpy_generator(generator: torch.Generator, *, words: int) -> np.random.Generator:
