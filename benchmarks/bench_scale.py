@@ -104,7 +104,8 @@ def main() -> None:
                      timing["protocol_round_silo_seconds"], memory.peak))
         print(f"{silos} silos done", flush=True)
     base_silos, _, base_startup, _, _, _, base_memory = rows[0]
-    print(f"\n{args.mechanism}, secure aggregation {'on' if args.secure_aggregation else 'off'}, digits MLP, 1 round, "
+    graph = f"on, neighbours {args.neighbours}" if args.secure_aggregation else "off"
+    print(f"\n{args.mechanism}, secure aggregation {graph}, digits MLP, 1 round, "
           f"{os.cpu_count()} CPUs")
     print("| silos | workers | start-up s | of which protocol set-up s | round s | of which one silo's masking s "
           "| peak memory GiB | MiB per extra silo | start-up / first |")
