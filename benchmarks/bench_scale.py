@@ -8,7 +8,11 @@ sampled from /proc every 0.2 s) and, against the smallest count, the memory per 
 a fresh Ray session, so start-up includes starting Ray and the actor processes. Ratios, not absolute times,
 are what to compare between machines: start-up for 100 silos over start-up for 10 (goal <= 3).
 
+With ``--secure-aggregation``, ``--neighbours`` sets the graph (``all``: complete, ``auto``: SecAgg+, or a number
+K); ``bench_secagg_scale.py`` compares the graphs against plain summation in one session.
+
     python benchmarks/bench_scale.py [--silos 10 100 1000] [--mechanism none|dp_sgd] [--secure-aggregation]
+        [--neighbours all|auto|K]
 """
 from __future__ import annotations
 
@@ -69,7 +73,7 @@ class PeakMemory:
         self._thread.join()
 
 
-def scenario(silos: int, *, mechanism: str, secure_aggregation: bool) -> dict:
+def scenario(silos: int, *, mechanism: str, secure_aggregation: bool, neighbours: str = "all") -> dict:
     mech = {"name": "none"} if mechanism == "none" else {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0}
     return {
         "name": f"scale_{silos}",
@@ -77,7 +81,8 @@ def scenario(silos: int, *, mechanism: str, secure_aggregation: bool) -> dict:
         "model": {"name": "mlp"},
         "federation": {"rounds": 1, "local_steps": 20, "batch_size": 32, "lr": 0.1},
         "mechanism": mech,
-        "protocol": {"secure_aggregation": secure_aggregation},
+        "protocol": {"secure_aggregation": secure_aggregation,
+                     **({"neighbours": neighbours if neighbours in ("all", "auto") else int(neighbours)} if secure_aggregation else {})},
     }
 
 
@@ -86,18 +91,21 @@ def main() -> None:
     parser.add_argument("--silos", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--mechanism", choices=["none", "dp_sgd"], default="none")
     parser.add_argument("--secure-aggregation", action="store_true")
+    parser.add_argument("--neighbours", default="all", help="secure aggregation's graph: all, auto or a number K")
     args = parser.parse_args()
     rows = []
     for silos in args.silos:
         with PeakMemory() as memory:
-            result = run(scenario(silos, mechanism=args.mechanism, secure_aggregation=args.secure_aggregation))
+            result = run(scenario(silos, mechanism=args.mechanism, secure_aggregation=args.secure_aggregation,
+                                   neighbours=args.neighbours))
         timing = result.timing
         startup = timing["data_seconds"] + timing["workers_seconds"] + timing["protocol_setup_seconds"]
         rows.append((silos, len(result.packing), startup, timing["protocol_setup_seconds"], timing["rounds_seconds"],
                      timing["protocol_round_silo_seconds"], memory.peak))
         print(f"{silos} silos done", flush=True)
     base_silos, _, base_startup, _, _, _, base_memory = rows[0]
-    print(f"\n{args.mechanism}, secure aggregation {'on' if args.secure_aggregation else 'off'}, digits MLP, 1 round, "
+    graph = f"on, neighbours {args.neighbours}" if args.secure_aggregation else "off"
+    print(f"\n{args.mechanism}, secure aggregation {graph}, digits MLP, 1 round, "
           f"{os.cpu_count()} CPUs")
     print("| silos | workers | start-up s | of which protocol set-up s | round s | of which one silo's masking s "
           "| peak memory GiB | MiB per extra silo | start-up / first |")

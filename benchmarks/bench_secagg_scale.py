@@ -1,0 +1,110 @@
+"""Secure aggregation at scale through the engine: a round with SecAgg+ (``neighbours: auto``) and with the complete
+graph (``all``) against the same round without secure aggregation, at 10, 100 and 1,000 silos.
+
+The workload is ``bench_scale.py``'s (digits, MLP, FedAvg: mechanism ``none``, 20 local steps of batch 32, every
+silo in every round), packed as a local session packs it (``silos_per_actor: auto``: four worker actors of half a
+core beside a server of half a core on two cores: three workers, so 333 or 334 silos per worker at 1,000). All runs share one local Ray session, so the actors are
+started once and reused. For every silo count, each repeat runs one federation per graph (``none``: plain sum,
+``all``, ``auto``), in turn, so that all see the same machine load; each federation runs two rounds (the first
+warms up) and the second is measured. Reported as medians over repeats: the round's wall seconds at the driver and
+its ratio to ``none`` in the same repeat (median of the per-repeat ratios; goal for ``auto`` at 1,000: <= 1.5),
+the protocol's set-up seconds (secure aggregation has no run-level set-up: its key agreement is per round, the
+stages ADVERTISE_KEYS / SHARE_KEYS / COLLECT_SHARES, whose seconds are given separately, measured by
+``round_parts.TimedServer``), the slowest silo's protection of its upload (masking), the server's unmasking and
+decoding, and the bytes the server received in the round (pickled sizes of every message of
+``ServerActor.last_round_view()``). ``all`` is skipped above ``--all-up-to`` silos.
+
+    PYTHONPATH=. python benchmarks/bench_secagg_scale.py [--silos 10 100 1000] [--graphs none auto all]
+        [--repeats 3] [--all-up-to 1000] [--local-steps 20]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import ray
+
+from round_parts import loadavg, local_ray, median, use_timed_server, view_bytes
+from simulator.engine import Federation
+
+KEY_STAGES = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES")
+
+
+def scenario(silos: int, graph: str, *, local_steps: int) -> dict:
+    protocol = {"secure_aggregation": False} if graph == "none" else {
+        "secure_aggregation": True, "neighbours": graph if graph in ("all", "auto") else int(graph)}
+    return {
+        "name": f"secagg_scale_{silos}_{graph}",
+        "seed": 0,
+        "data": {"dataset": "digits", "partition": "iid", "silos": silos},
+        "model": {"name": "mlp"},
+        "federation": {"rounds": 2, "local_steps": local_steps, "batch_size": 32, "lr": 0.1},
+        "mechanism": {"name": "none"},
+        "protocol": protocol,
+    }
+
+
+def measure(silos: int, graph: str, *, local_steps: int) -> dict:
+    """One federation: start-up, then two rounds; the second is measured."""
+    started = time.perf_counter()
+    with Federation(scenario(silos, graph, local_steps=local_steps)) as federation:
+        entered = time.perf_counter()
+        first = time.perf_counter()
+        federation.run_round(0)
+        first = time.perf_counter() - first
+        second = time.perf_counter()
+        report = federation.run_round(1)
+        second = time.perf_counter() - second
+        parts = ray.get(federation.server.round_parts.remote())
+        received = view_bytes(ray.get(federation.server.last_round_view.remote()))
+        workers = len(federation.packing)
+        setup = federation.timing["protocol_setup_seconds"]
+    return {
+        "startup": entered - started, "setup": setup, "first": first, "round": second, "server_round": report.seconds,
+        "keys": sum(parts.get(stage, 0.0) for stage in KEY_STAGES),
+        "relay": sum(v for k, v in parts.items() if k.startswith("server ")),
+        "train": parts.get("train+protect", 0.0), "unmask": parts.get("unmask answers", 0.0),
+        "masking": report.protocol_seconds.get("silo", 0.0), "combine": report.protocol_seconds.get("server", 0.0),
+        "bytes": received, "workers": workers, "abandoned": report.abandoned,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--silos", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--graphs", nargs="+", default=["none", "auto", "all"], help="none, all, auto or a number K")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--all-up-to", type=int, default=1000)
+    parser.add_argument("--local-steps", type=int, default=20)
+    args = parser.parse_args()
+    use_timed_server()
+    print(f"load average at the start {loadavg()}", flush=True)
+    rows = []
+    with local_ray(2):
+        for silos in args.silos:
+            graphs = [g for g in args.graphs if not (g == "all" and silos > args.all_up_to)]
+            runs: dict[str, list[dict]] = {g: [] for g in graphs}
+            for repeat in range(args.repeats):
+                for graph in graphs:
+                    runs[graph].append(measure(silos, graph, local_steps=args.local_steps))
+                    print(f"{silos} silos, {graph}, repeat {repeat + 1}: round {runs[graph][-1]['round']:.2f} s, "
+                          f"load {loadavg()}", flush=True)
+            for graph in graphs:
+                ms = runs[graph]
+                ratio = median([m["round"] / b["round"] for m, b in zip(ms, runs["none"])]) if "none" in runs else float("nan")
+                rows.append((silos, graph, ms[0]["workers"], {k: median([m[k] for m in ms]) for k in ms[0] if k not in ("abandoned",)},
+                             ratio, sum(m["abandoned"] for m in ms)))
+    print(f"\ndigits MLP, mechanism none, {args.local_steps} local steps, median of {args.repeats} interleaved repeats "
+          f"(second round of each federation); load average at the end {loadavg()}")
+    print("| silos | graph | workers | round s | round / none | key stages s | server relay s | train+protect s "
+          "| slowest silo masking s | unmask answers s | server combine s | first round s | protocol set-up s "
+          "| MB received by server | abandoned |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for silos, graph, workers, m, ratio, abandoned in rows:
+        print(f"| {silos} | {graph} | {workers} | {m['round']:.2f} | {ratio:.2f} | {m['keys']:.2f} | {m['relay']:.2f} | "
+              f"{m['train']:.2f} | {m['masking']:.3f} | {m['unmask']:.2f} | {m['combine']:.2f} | {m['first']:.2f} | "
+              f"{m['setup']:.3f} | {m['bytes'] / 1e6:.2f} | {abandoned} |")
+
+
+if __name__ == "__main__":
+    main()
