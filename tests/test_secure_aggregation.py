@@ -709,3 +709,22 @@ def test_uploaders_the_graph_does_not_connect_are_not_unmasked() -> None:
     assert result.total is None and "does not connect" in str(result.abandoned)
     assert "unmask" not in result.view
 
+
+
+def test_recovery_equals_pycryptodome_combine_for_any_share_indices() -> None:
+    """``sharing.recover`` (Lagrange coefficients cached per set of share indices) gives ``Shamir.combine``'s secret
+    for random secrets, thresholds and subsets of shares, in any order; duplicate indices are refused."""
+    from Crypto.Protocol.SecretSharing import Shamir
+
+    from protocols.secure_aggregation.sharing import recover, split
+
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        holders = sorted(rng.choice(100, size=int(rng.integers(2, 12)), replace=False).tolist())
+        threshold = int(rng.integers(1, len(holders) + 1))
+        secret = rng.bytes(16)
+        shares = list(split(secret, threshold=threshold, holders=holders).values())
+        subset = [shares[i] for i in rng.permutation(len(shares))[:threshold]]
+        assert recover(subset, threshold=threshold) == Shamir.combine(subset) == secret
+    with pytest.raises(ValueError, match="duplicate"):
+        recover([shares[0], shares[0]], threshold=2)
