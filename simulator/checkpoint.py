@@ -105,7 +105,7 @@ def _check_resumable(version: str, written_for: Mapping[str, Any], scenario: Map
 
 
 def _first_difference(then: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
-    for key in sorted(set(then) | set(now)):
+    for key in sorted(set(then) | set(now), key=lambda k: (k != "name", k)):  # a block's name first: the telling one
         if not prefix and key in MAY_DIFFER:
             continue
         a, b = then.get(key), now.get(key)

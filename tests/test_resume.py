@@ -49,6 +49,8 @@ def _scenario(mechanism: dict, **blocks) -> dict:
         federation={"rounds": ROUNDS, "client_rate": 0.8, "local_steps": 3, "batch_size": 32, "lr": 0.1},
         mechanism=mechanism,
         faults={"crashes": [{"silo": 1, "round": 2, "at": "after_upload"}, {"silo": 3, "round": 4, "at": "before_upload"}]},
+        # one silo per worker on any machine, so a `privsilo run` (its own Ray) packs as this process's session does
+        resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1},
     )
     scenario.update(blocks)
     return scenario
