@@ -134,12 +134,18 @@ class Silo:
         return self._watched
 
     def snapshot(self) -> bytes:
-        """This silo's whole state without its records (see :mod:`simulator.snapshots`)."""
-        return dump_without_records(self, self._records)
+        """This silo's whole state without its records and its model's parameters (see :mod:`simulator.snapshots`):
+        every round loads the broadcast global state into the parameters before using them, so their values
+        between rounds are never read (buffers, such as a normalisation's running statistics, are kept)."""
+        return dump_without_records(self, self._references())
 
     def restored(self, blob: bytes) -> "Silo":
-        """The silo a :meth:`snapshot` describes, holding this (freshly built) silo's records."""
-        return load_with_records(blob, self._records)
+        """The silo a :meth:`snapshot` describes, holding this (freshly built) silo's records and parameters."""
+        return load_with_records(blob, self._references())
+
+    def _references(self) -> dict[str, Any]:
+        """What a snapshot writes as references: the records, and the model's parameters by name."""
+        return {**self._records, **{f"parameter {name}": value for name, value in self._model.named_parameters()}}
 
     def setup_events(self) -> tuple[PrivacyEvent, ...]:
         if self.refusal is not None:

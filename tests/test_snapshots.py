@@ -1,4 +1,5 @@
-"""Silo snapshots (crash recovery, checkpoints): no record and no secure-aggregation round secret is written."""
+"""Silo snapshots (crash recovery, checkpoints): no record, no model parameter and no secure-aggregation round secret
+is written."""
 from __future__ import annotations
 
 import pickle
@@ -50,6 +51,8 @@ def test_a_snapshot_holds_no_record_and_restores_the_silo(mechanism, data):
         blob = silo.snapshot()
         for row in features[:: max(1, len(features) // 25)]:  # no record's bytes, copied or not, are in the snapshot
             assert row.tobytes() not in blob
+        for parameter in silo._model.parameters():  # nor the model's parameters (each round loads the broadcast)
+            assert parameter.detach().numpy().tobytes()[:64] not in blob
         restored = silo.restored(blob)
         assert restored._records["features"] is silo._records["features"]
         assert torch.equal(restored.mechanism.context.generator.get_state(), silo.mechanism.context.generator.get_state())
