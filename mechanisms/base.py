@@ -306,7 +306,7 @@ def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
     import torch
 
-    values, offset = torch.as_tensor(np.asarray(vector)), 0
+    values, offset = torch.tensor(np.asarray(vector)), 0
     # Copied into each parameter in place: the parameters never alias the caller's (e.g. the broadcast) array, and
     # never become views of one flat tensor (which pickling, e.g. a silo's snapshot, would write once per view).
     with torch.no_grad():

@@ -8,6 +8,7 @@ budget.
 """
 from __future__ import annotations
 
+import collections
 import csv
 import functools
 import json
@@ -42,9 +43,9 @@ def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol
 
 
 def _silo_states(checkpoint_dir) -> dict:
-    """Every silo as its last snapshot describes it (records left out)."""
+    """Every silo as its last snapshot describes it (records and model parameters, which it does not hold, left out)."""
     blobs = read_checkpoint(checkpoint_dir)["silos"]
-    return {silo: load_with_records(blob, {"features": None, "labels": None}) for silo, blob in blobs.items()}
+    return {silo: load_with_records(blob, collections.defaultdict(lambda: None)) for silo, blob in blobs.items()}
 
 
 def _crashes(at: str) -> list[dict]:
