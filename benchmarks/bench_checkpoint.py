@@ -46,9 +46,9 @@ class Probe:
             self.silo_bytes = max(len(blob) for blob in state["silos"].values())
             return state
 
-        def write_checkpoint(directory, state):  # noqa: ANN001, ANN202
+        def write_checkpoint(directory, state, **header):  # noqa: ANN001, ANN202
             started = time.perf_counter()
-            original_write(directory, state)
+            original_write(directory, state, **header)
             self.write += time.perf_counter() - started
             self.file_bytes = os.path.getsize(checkpoint_path(directory))
 
