@@ -227,7 +227,8 @@ def _cmd_list(_: argparse.Namespace) -> int:
     for name, entry in sorted(registered("model").items()):
         print(f"  {name:15s} {entry.value} (registered under {GROUPS['model']})")
     print("partitions: " + ", ".join(PARTITIONS))
-    print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true)")
+    print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true; dropout recovery; "
+          "protocol.neighbours: all | auto | K for SecAgg+)")
     print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")
     return 0
 
