@@ -89,11 +89,10 @@ class _WorkerCalls:
         self.workers, self.host_of = workers, host_of
         self.crashed: set[int] = set()
         self.dropped: set[int] = set()
-        self.updates: list[SiloUpdate] = []
 
-    def each(self, silo_ids: Sequence[int], call: Any, *, merge: bool = True) -> Any:
-        """``call(worker, ids)`` for every live worker hosting some of ``silo_ids``; the replies merged into one
-        dict (``merge``) or as a list."""
+    def each(self, silo_ids: Sequence[int], call: Any) -> dict[int, Any]:
+        """``call(worker, ids)`` for every live worker hosting some of ``silo_ids``; the workers' replies (each a
+        dict by silo id) merged into one."""
         by_worker: dict[int, list[int]] = {}
         for silo_id in silo_ids:
             if silo_id not in self.dropped:
@@ -110,8 +109,6 @@ class _WorkerCalls:
                 failure = failure or exc
         if failure is not None:
             raise failure
-        if not merge:
-            return list(replies.values())
         return {silo: reply for batch in replies.values() for silo, reply in batch.items()}
 
 
@@ -230,27 +227,27 @@ class SiloWorker:
         return {silo_id: self.silos[silo_id].protocol.round_reply(stage, message, round_index=round_index)
                 for silo_id, message in inbound.items()}
 
-    def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...], *, set_up: bool = True) -> list[SiloUpdate]:
+    def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...], *, set_up: bool = True) -> dict[int, SiloUpdate]:
         """Local training of the named hosted silos, one after another; each silo's snapshot goes to the vault
         before any update is returned (``set_up``: the round's protocol stages already ran, else a ``setup``
         crash happens here)."""
         round_index = broadcast.round_index
         if not set_up:
             self._crash_if_due(silo_ids, round_index=round_index, at="setup")
-        updates = []
+        updates = {}
         for silo_id in silo_ids:
-            updates.append(self.silos[silo_id].train(broadcast))
+            updates[silo_id] = self.silos[silo_id].train(broadcast)
             self._crash_if_due((silo_id,), round_index=round_index, at="before_upload")
         if self.vault is not None:
             self.save_snapshots(silo_ids)
         return updates
 
     def finish_round(self, requests: Mapping[int, Any], *, round_index: int) -> dict[int, Any]:
-        """After the uploads: the named hosted silos' answers to the protocol's unmasking requests (``None``
-        where a silo is asked nothing); an ``after_upload`` crash happens here."""
+        """After the uploads: the named hosted silos' answers to the protocol's unmasking requests (for the silos
+        asked something: a request of ``None`` is nothing to answer); an ``after_upload`` crash happens here."""
         self._crash_if_due(tuple(requests), round_index=round_index, at="after_upload")
-        return {silo_id: None if request is None else self.silos[silo_id].protocol.unmask_reply(request, round_index=round_index)
-                for silo_id, request in requests.items()}
+        return {silo_id: self.silos[silo_id].protocol.unmask_reply(request, round_index=round_index)
+                for silo_id, request in requests.items() if request is not None}
 
 
 class ServerActor:
@@ -298,7 +295,7 @@ class ServerActor:
         self.individual = type(mechanism).needs_individual_contributions
         optimizer = scenario.federation.server_optimizer
         self.optimizer = None if optimizer is None else optimizer.build()
-        self.inbox: dict[int, Any] = {}
+        self.uploads: dict[int, SiloUpdate] = {}
         self.view: dict[Any, Any] = {}
         # With injected crashes every round ends with a call to the uploaders (where an after_upload crash happens)
         self.finish_always = scenario.faults.any
@@ -333,16 +330,15 @@ class ServerActor:
         participants = sample_participants(
             self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
-        self.inbox, self.view = {}, {}
+        self.uploads, self.view = {}, {}
         calls = _WorkerCalls(self.workers, self.host_of)
-        updates: list[SiloUpdate] = []
         combine_seconds, abandoned = 0.0, False
         if participants:
             try:
-                updates, combine_seconds = self._train_and_combine(round_index, participants, calls)
+                combine_seconds = self._train_and_combine(round_index, participants, calls)
             except RoundAbandoned:
                 abandoned = True
-                updates = [update for update in calls.updates if update.sender in self.inbox]
+        updates = list(self.uploads.values())
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
         return RoundReport(
@@ -359,9 +355,10 @@ class ServerActor:
             abandoned=abandoned,
         )
 
-    def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "_WorkerCalls") -> tuple[list[SiloUpdate], float]:
+    def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "_WorkerCalls") -> float:
         """The round's protocol stages, local training and combination, with whichever silos survive each step
-        (see :mod:`protocols.base`); raises ``RoundAbandoned``. Returns the uploads and the seconds combining."""
+        (see :mod:`protocols.base`); the uploads that arrived go to ``self.uploads`` (kept when the round is
+        abandoned: they carry privacy events). Raises ``RoundAbandoned``; returns the seconds combining."""
         plan = self.round_plan(round_index)
         # Stored once in the object store; every participant reads the same copy.
         broadcast = ray.put(RoundBroadcast(round_index=round_index, participants=participants, state=self.state, plan=plan))
@@ -373,36 +370,33 @@ class ServerActor:
                 stage, {i: inbound.get(i) for i in ids}, round_index=round_index, first=number == 0))
             self.view[stage] = replies
             inbound = self.protocol.round_relay(stage, replies, round_index=round_index)
-        batches = calls.each(participants, lambda worker, ids: worker.train.remote(broadcast, ids, set_up=bool(stages)), merge=False)
-        # In participant order whatever the packing, so every sum over silos adds in the same order.
-        updates = sorted((update for batch in batches for update in batch), key=lambda update: update.sender)
-        calls.updates = updates
-        self.inbox = {u.sender: u.payload for u in updates}
-        if not self.inbox:
+        uploads = calls.each(participants, lambda worker, ids: worker.train.remote(broadcast, ids, set_up=bool(stages)))
+        # In silo order whatever the packing, so every sum over silos adds in the same order.
+        self.uploads = {silo: uploads[silo] for silo in sorted(uploads)}
+        inbox = self.last_round_inbox()
+        if not inbox:
             raise RoundAbandoned(f"round {round_index}: no participant's update arrived")
-        if len(self.inbox) < len(participants) and not self.protocol.survives_missing_uploads:
+        if len(inbox) < len(participants) and not self.protocol.survives_missing_uploads:
             raise RoundAbandoned(f"round {round_index}: {type(self.protocol).__name__} cannot sum without every participant")
-        requests = self.protocol.unmask_requests(self.inbox, round_index=round_index)
+        requests = self.protocol.unmask_requests(inbox, round_index=round_index)
+        uploaded = tuple(inbox)  # sorted
         unmasking: dict[int, Any] = {}
         if requests or self.finish_always:
-            uploaders = tuple(silo for silo in participants if silo in self.inbox)
-            unmasking = calls.each(uploaders, lambda worker, ids: worker.finish_round.remote(
+            unmasking = calls.each(uploaded, lambda worker, ids: worker.finish_round.remote(
                 {i: requests.get(i) for i in ids}, round_index=round_index))
             self.view["unmasking"] = unmasking
         combining = time.perf_counter()
-        uploaded = tuple(sorted(self.inbox))
         if self.individual:
-            vectors = self.protocol.vectors(self.inbox, round_index=round_index, participants=uploaded)
+            vectors = self.protocol.vectors(inbox, round_index=round_index, participants=uploaded)
             combine_seconds = time.perf_counter() - combining
             aggregate = self.mechanism.aggregate_individual(self.state, vectors)
         else:
-            total = self.protocol.combine(self.inbox, round_index=round_index, participants=uploaded,
-                                          unmasking={i: r for i, r in unmasking.items() if r is not None})
+            total = self.protocol.combine(inbox, round_index=round_index, participants=uploaded, unmasking=unmasking)
             combine_seconds = time.perf_counter() - combining
             aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(uploaded))
         # the server optimiser post-processes the aggregate (mechanisms.server_optimizers)
         self.state = aggregate if self.optimizer is None else self.optimizer.step(self.state, aggregate)
-        return updates, combine_seconds
+        return combine_seconds
 
     def round_plan(self, round_index: int) -> Any:
         """The mechanism's plan for a round (ULDP's user sample), from OS entropy in secure mode."""
@@ -426,12 +420,12 @@ class ServerActor:
 
     def last_round_inbox(self) -> dict[int, Any]:
         """The uploads the server received in the last round, by silo id."""
-        return dict(self.inbox)
+        return {silo: update.payload for silo, update in self.uploads.items()}
 
     def last_round_view(self) -> dict[Any, Any]:
         """Everything the server received in the last round (what an honest-but-curious server sees): each
         per-round protocol stage's replies, ``"uploads"``, and ``"unmasking"`` (the answers after the uploads)."""
-        return {**self.view, "uploads": dict(self.inbox)}
+        return {**self.view, "uploads": self.last_round_inbox()}
 
     def snapshot(self) -> bytes:
         """The run's server state between rounds (global state, generators, mechanism, protocol, optimiser)."""

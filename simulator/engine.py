@@ -323,9 +323,8 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             accountant.enrol(info.silo_id for info in federation.placement)
             record_events(accountant, {info.silo_id: info.events for info in federation.placement})
             records: list[RoundRecord] = []
-            failures = {"crashes": 0, "restarts": 0}
         else:
-            accountant, records, failures = checkpoint["accountant"], list(checkpoint["records"]), dict(checkpoint["failures"])
+            accountant, records = checkpoint["accountant"], list(checkpoint["records"])
             if evaluator is not None:
                 evaluator.history, evaluator.final_state = checkpoint["evaluator"]
         first = len(records)
@@ -336,8 +335,6 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             report = federation.run_round(round_index)
             if report.crashed_workers:
                 federation.recover(report.crashed_workers)
-                failures["crashes"] += len(report.crashed_workers)
-                failures["restarts"] += len(report.crashed_workers)
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
@@ -354,7 +351,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
             if every and (round_index + 1) % every == 0:
                 write_checkpoint(checkpoint_dir, {
-                    "accountant": accountant, "records": records, "failures": failures, "packing": federation.packing,
+                    "accountant": accountant, "records": records, "packing": federation.packing,
                     "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
                     **federation.checkpoint_state(),
                 }, scenario=scenario.to_dict())
@@ -379,20 +376,21 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
         users=users,
         packing=packing,
         personalisation=personalisation,
-        failures=_failures(scenario, records, failures),
+        failures=_failures(scenario, records),
         resumed_from_round=first if checkpoint is not None else None,
     )
 
 
-def _failures(scenario: Scenario, records: Sequence[RoundRecord], counts: Mapping[str, int]) -> dict[str, Any] | None:
-    """``summary.json``'s ``failures``: crashed worker processes, restarts, silos dropped and rounds abandoned
-    (None for a run without injected crashes in which nothing failed)."""
-    dropped = sum(len(r.report.dropped) for r in records)
+def _failures(scenario: Scenario, records: Sequence[RoundRecord]) -> dict[str, Any] | None:
+    """``summary.json``'s ``failures``, from the round reports: crashed worker processes (each restarted before the
+    next round, or the run stops), silos dropped and rounds abandoned (None for a run without injected crashes in
+    which nothing failed)."""
+    crashes = sum(len(r.report.crashed_workers) for r in records)
     abandoned = sum(1 for r in records if r.report.abandoned)
-    if not scenario.faults.any and not (counts["crashes"] or abandoned):
+    if not scenario.faults.any and not (crashes or abandoned):
         return None
-    return {**counts, "silos_dropped": dropped, "rounds_with_dropouts": sum(1 for r in records if r.report.dropped),
-            "rounds_abandoned": abandoned}
+    return {"crashes": crashes, "restarts": crashes, "silos_dropped": sum(len(r.report.dropped) for r in records),
+            "rounds_with_dropouts": sum(1 for r in records if r.report.dropped), "rounds_abandoned": abandoned}
 
 
 def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, total_seconds: float) -> dict[str, float]:
