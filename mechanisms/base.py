@@ -242,6 +242,11 @@ class Mechanism(ABC):
         None); mechanisms that need neither keep this default."""
         return self.server()
 
+    def brings_protocol(self) -> bool:
+        """Whether this mechanism, with its parameters, brings its own aggregation protocol (``silo_protocol`` /
+        ``server_protocol``) in place of the scenario's plain sum or secure aggregation."""
+        return False
+
     def silo_protocol(self, context: SiloContext, *, fractional_bits: int, min_participants: int) -> SiloProtocol | None:
         """The silo side of an aggregation protocol this mechanism brings itself (e.g. ULDP's private weighting),
         or None for the scenario's (plain sum or secure aggregation)."""

@@ -118,8 +118,7 @@ def _secure_aggregation(scenario: Scenario) -> dict[str, Any]:
     they guarantee (:func:`protocols.secure_aggregation.parameter_report`); each round of fewer participants
     (client sampling) resolves them again for its size."""
     protocol = scenario.protocol
-    # ULDP's private weighting brings its own protocol in place of the scenario's
-    if not protocol.secure_aggregation or getattr(scenario.mechanism.params, "weighting", None) == "private":
+    if not protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
         return {}
     from protocols.secure_aggregation import parameter_report
 

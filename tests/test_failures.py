@@ -21,6 +21,7 @@ from simulator.checkpoint import read_checkpoint
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.faults import CRASH_POINTS, crash_plan
+from simulator.reports import summary
 from simulator.scenario import validate_scenario
 from simulator.snapshots import load_with_records
 from tests.conftest import small_scenario
@@ -211,6 +212,7 @@ def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_
     assert [r.report.dropped for r in result.rounds] == [(3,), (1,), ()]
     assert not any(r.report.abandoned for r in result.rounds)
     assert sorted(result.rounds[2].report.events) == [0, 1, 2, 3]
+    assert summary(result)["secure_aggregation"]["threshold"] == 2  # the scenario's secure aggregation ran
 
 
 def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_local, heart_disease_dir):
@@ -227,3 +229,4 @@ def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_
     assert [r.abandoned for r in reports] == [True, False]
     assert sorted(reports[1].events) == [0, 1, 2, 3]  # silo 2 is back, silo 0 uploaded before it crashed
     assert reports[0].loss != reports[1].loss
+    assert "secure_aggregation" not in summary(result)  # the mechanism's own protocol ran in its place

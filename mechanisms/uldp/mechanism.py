@@ -79,9 +79,13 @@ class Uldp(Mechanism):
             raise ValueError("uldp needs data.users")
         return UldpServer(self.params, num_silos=num_silos, num_users=num_users)
 
+    def brings_protocol(self) -> bool:
+        """``weighting: private`` brings the private weighting protocol (Paillier)."""
+        return self.params.weighting == "private"
+
     def silo_protocol(self, context: SiloContext, *, fractional_bits: int, min_participants: int) -> SiloProtocol | None:
         """``weighting: private``: the private weighting protocol (Paillier), given this silo's own counts only."""
-        if self.params.weighting != "private":
+        if not self.brings_protocol():
             return None
         from protocols.private_weighting.silo import PwpSilo
 
@@ -94,7 +98,7 @@ class Uldp(Mechanism):
     def server_protocol(
         self, *, num_silos: int, num_users: int | None, length: int, fractional_bits: int, min_participants: int
     ) -> ServerProtocol | None:
-        if self.params.weighting != "private":
+        if not self.brings_protocol():
             return None
         from protocols.private_weighting.server import PwpServer
 
