@@ -355,26 +355,27 @@ class Scenario(_Block):
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
-        for block in ("data", "model"):  # without kwargs a scenario keeps the form (and journal hash) it had before them
-            if not raw[block]["kwargs"]:
-                del raw[block]["kwargs"]
-        federation = raw["federation"]
-        # Without a server optimiser or FedProx a scenario keeps the form (and journal hash) it had before they existed.
-        for key, absent in (("server_optimizer", None), ("proximal_mu", 0.0)):
-            if federation[key] == absent:
-                del federation[key]
-        # Secure aggregation's graph settings at their defaults keep the form it had before them.
-        for key, absent in (("threshold", None), ("neighbours", "all"), ("corrupt_fraction", 0.05), ("dropout_rate", 0.05)):
-            if raw["protocol"][key] == absent:
-                del raw["protocol"][key]
+        for block, keys in LATER_KEYS.items():  # at their defaults, keys added later are left out
+            model, target = (self, raw) if block is None else (getattr(self, block), raw[block])
+            for key in keys:
+                if getattr(model, key) == type(model).model_fields[key].get_default(call_default_factory=True):
+                    del target[key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
-        order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray")
-        # A scenario without an attack block (or faults, or with the default checkpoints) keeps the form (and
-        # journal hash) it had before those blocks existed.
-        optional = {"attack": self.attack is not None, "faults": self.faults != FaultsConfig(),
-                    "checkpoint": self.checkpoint != CheckpointConfig()}
-        return {key: raw[key] for key in order} | {key: raw[key] for key, present in optional.items() if present}
+        order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray",
+                 *LATER_KEYS[None])
+        return {key: raw[key] for key in order if key in raw}
+
+
+# Keys added after scenarios were first written and journaled, by block (None: the top level): at their defaults
+# ``Scenario.to_dict`` leaves them out, so a scenario keeps the form (and sweep-journal hash) it had before them.
+LATER_KEYS: dict[str | None, tuple[str, ...]] = {
+    None: ("attack", "faults", "checkpoint"),
+    "data": ("kwargs",),
+    "model": ("kwargs",),
+    "federation": ("server_optimizer", "proximal_mu"),
+    "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate"),
+}
 
 
 def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
