@@ -25,7 +25,7 @@ from simulator.engine import _initial_state
 from simulator.messages import RoundBroadcast
 from simulator.scenario import resolve_scenario
 from simulator.silo import Silo, SiloSpec
-from simulator.snapshots import dump_without_records
+from simulator.snapshots import dump_by_reference
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "mnist_dpsgd.yaml"
 
@@ -66,8 +66,8 @@ def main() -> None:
     for owner_name, owner in (("silo", silo), ("silo.mechanism", getattr(silo, "mechanism", None))):
         if owner is None:
             continue
-        for name, value in sorted(vars(owner).items(), key=lambda kv: -len(dump_without_records(kv[1], silo._records))):
-            size = len(dump_without_records(value, silo._records))
+        for name, value in sorted(vars(owner).items(), key=lambda kv: -len(dump_by_reference(kv[1], silo._records))):
+            size = len(dump_by_reference(value, silo._records))
             if size > 1024:
                 print(f"  {owner_name}.{name}: {size / 2**20:.2f} MiB ({type(value).__name__})")
     server = ServerActor(num_cpus=1)

@@ -29,7 +29,7 @@ from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
 from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
-from simulator.snapshots import dump_without_records
+from simulator.snapshots import dump_by_reference
 
 
 SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer")
@@ -429,7 +429,7 @@ class ServerActor:
 
     def snapshot(self) -> bytes:
         """The run's server state between rounds (global state, generators, mechanism, protocol, optimiser)."""
-        return dump_without_records({name: getattr(self, name) for name in SERVER_STATE})
+        return dump_by_reference({name: getattr(self, name) for name in SERVER_STATE})
 
     def restore(self, blob: bytes) -> None:
         """Continue from a :meth:`snapshot` (resuming a run)."""

@@ -25,7 +25,7 @@ from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import reseed_from_os_entropy
-from simulator.snapshots import dump_without_records, load_with_records
+from simulator.snapshots import dump_by_reference, load_by_reference
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,11 @@ class Silo:
         """This silo's whole state without its records and its model's parameters (see :mod:`simulator.snapshots`):
         every round loads the broadcast global state into the parameters before using them, so their values
         between rounds are never read (buffers, such as a normalisation's running statistics, are kept)."""
-        return dump_without_records(self, self._references())
+        return dump_by_reference(self, self._references())
 
     def restored(self, blob: bytes) -> "Silo":
         """The silo a :meth:`snapshot` describes, holding this (freshly built) silo's records and parameters."""
-        return load_with_records(blob, self._references())
+        return load_by_reference(blob, self._references())
 
     def _references(self) -> dict[str, Any]:
         """What a snapshot writes as references: the records, and the model's parameters by name."""

@@ -1,8 +1,9 @@
 """Snapshots of silo and server state between rounds, for crash recovery and checkpoints.
 
-A silo's snapshot is its whole state (model, mechanism state such as rPDP's spent budgets, generator, protocol
-keys) pickled *without* its records: the record tensors are written as references and, on restore, taken from a
-freshly built silo of the same spec (records never change during a run). A silo writes its snapshot to its stable
+A silo's snapshot is its whole state (mechanism state such as rPDP's spent budgets, generator, protocol keys, model
+buffers) pickled *without* its records and its model's parameters: those tensors are written as references by
+name and, on restore, taken from a freshly built silo of the same spec (records never change during a run, and
+every round loads the broadcast into the parameters). A silo writes its snapshot to its stable
 storage, the :class:`SnapshotVault`, after local training and before its update leaves it (write-ahead), so a silo
 that crashes after uploading comes back with that round's spending and generator draws, and one that crashes
 before uploading comes back as it was after its previous upload (nothing of the lost round was released).
@@ -14,18 +15,15 @@ import pickle
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-RECORDS = ("features", "labels")
-
-
 def read_only_mapping(items: dict) -> MappingProxyType:
     """A read-only view of ``items`` (how a snapshot writes a ``mappingproxy``, which pickle cannot name)."""
     return MappingProxyType(items)
 
 
-class _RecordsOut(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, records: Mapping[str, Any]) -> None:
+class _ReferencesOut(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, references: Mapping[str, Any]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._names = {id(value): name for name, value in records.items()}
+        self._names = {id(value): name for name, value in references.items()}
 
     def persistent_id(self, obj: Any) -> str | None:
         return self._names.get(id(obj))
@@ -37,25 +35,25 @@ class _RecordsOut(pickle.Pickler):
         return NotImplemented
 
 
-class _RecordsIn(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, records: Mapping[str, Any]) -> None:
+class _ReferencesIn(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, references: Mapping[str, Any]) -> None:
         super().__init__(file)
-        self._records = records
+        self._references = references
 
     def persistent_load(self, pid: str) -> Any:
-        return self._records[pid]
+        return self._references[pid]
 
 
-def dump_without_records(obj: Any, records: Mapping[str, Any] = {}) -> bytes:  # noqa: B006 (read only)
-    """Pickle ``obj``, writing each object of ``records`` (name -> object) as a reference to its name."""
+def dump_by_reference(obj: Any, references: Mapping[str, Any] = {}) -> bytes:  # noqa: B006 (read only)
+    """Pickle ``obj``, writing each object of ``references`` (name -> object) as a reference to its name."""
     buffer = io.BytesIO()
-    _RecordsOut(buffer, records).dump(obj)
+    _ReferencesOut(buffer, references).dump(obj)
     return buffer.getvalue()
 
 
-def load_with_records(blob: bytes, records: Mapping[str, Any]) -> Any:
-    """Unpickle what :func:`dump_without_records` wrote, resolving each reference to ``records[name]``."""
-    return _RecordsIn(io.BytesIO(blob), records).load()
+def load_by_reference(blob: bytes, references: Mapping[str, Any]) -> Any:
+    """Unpickle what :func:`dump_by_reference` wrote, resolving each reference to ``references[name]``."""
+    return _ReferencesIn(io.BytesIO(blob), references).load()
 
 
 class SnapshotVault:

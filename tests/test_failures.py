@@ -23,7 +23,7 @@ from simulator.errors import ScenarioError
 from simulator.faults import CRASH_POINTS, crash_plan
 from simulator.reports import summary
 from simulator.scenario import validate_scenario
-from simulator.snapshots import load_with_records
+from simulator.snapshots import load_by_reference
 from tests.conftest import small_scenario
 
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
@@ -46,7 +46,7 @@ def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol
 def _silo_states(checkpoint_dir) -> dict:
     """Every silo as its last snapshot describes it (records and model parameters, which it does not hold, left out)."""
     blobs = read_checkpoint(checkpoint_dir)["silos"]
-    return {silo: load_with_records(blob, collections.defaultdict(lambda: None)) for silo, blob in blobs.items()}
+    return {silo: load_by_reference(blob, collections.defaultdict(lambda: None)) for silo, blob in blobs.items()}
 
 
 def _crashes(at: str) -> list[dict]:
