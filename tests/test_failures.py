@@ -29,13 +29,14 @@ from tests.conftest import small_scenario
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
 # a crash takes down exactly the silo named (not its worker's other silos), whatever this machine's cores
+LOCAL_STEPS = 3
 ONE_SILO_PER_WORKER = {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1}
 
 
 def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol: dict | None = None, **blocks) -> dict:
     return small_scenario(
         data={"dataset": "digits", "partition": "iid", "silos": 4},
-        federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 3, "batch_size": 32, "lr": 0.1},
+        federation={"rounds": rounds, "client_rate": 1.0, "local_steps": LOCAL_STEPS, "batch_size": 32, "lr": 0.1},
         mechanism=mechanism,
         protocol=protocol or {"secure_aggregation": False},
         faults={"crashes": crashes},
@@ -71,6 +72,24 @@ def test_a_crashed_silo_drops_out_of_its_round_and_comes_back(ray_local, at):
     # after an upload the silo was charged for the round; before it, nothing was released and nothing charged
     assert (1 in reports[1].events) == (at == "after_upload") and 3 not in reports[2].events
     assert result.failures == {"crashes": 2, "restarts": 2, "silos_dropped": 2, "rounds_with_dropouts": 2, "rounds_abandoned": 0}
+
+
+@pytest.mark.parametrize("at", CRASH_POINTS)
+def test_each_silos_epsilon_after_crashes_is_opacus_for_the_rounds_it_uploaded(ray_local, at):
+    """The rule under failure, against an independent accountant: each silo's epsilon is Opacus' RDP accountant for
+    its uploads, counted from the crashes (silo 1 uploads in round 2 only when it crashes after uploading; silo 3
+    never in round 3), not from what the run reported."""
+    from opacus.accountants import RDPAccountant
+
+    result = _plain_run(at)
+    uploads = {silo: 4 for silo in range(4)}
+    uploads[1] -= at != "after_upload"
+    uploads[3] -= 1
+    for info in result.placement:
+        accountant = RDPAccountant()
+        accountant.history = [(DP_SGD["noise_multiplier"], 32 / info.num_records, LOCAL_STEPS * uploads[info.silo_id])]
+        expected = accountant.get_epsilon(delta=DP_SGD["delta"])
+        assert result.privacy["epsilon_per_silo"][str(info.silo_id)] == pytest.approx(expected, rel=1e-9)
 
 
 def test_after_upload_the_update_is_used_and_before_upload_it_is_not(ray_local, tmp_path):
@@ -136,7 +155,7 @@ def test_uldp_survives_crashes(ray_local, heart_disease_dir, tmp_path):
     assert summary["failures"]["crashes"] == 2 and "not charged" in summary["privacy"]["under_failure"]
 
 
-def test_random_failures_follow_the_seed(ray_local):
+def test_random_failures_follow_the_seed():
     faults = validate_scenario(small_scenario(faults={"silo_failure_rate": 0.3})).faults
     plans = [crash_plan(faults, seed=seed, num_silos=5, rounds=20).crashes for seed in (0, 0, 1)]
     assert plans[0] == plans[1] != plans[2]
