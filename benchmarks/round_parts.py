@@ -33,10 +33,10 @@ class TimedServer(ServerActor):
         original_each = actors._WorkerCalls.each
         protocol = self.protocol
 
-        def each(calls: Any, silo_ids: Sequence[int], call: Any, *, merge: bool = True) -> Any:
+        def each(calls: Any, silo_ids: Sequence[int], call: Any) -> Any:
             started = time.perf_counter()
             try:
-                return original_each(calls, silo_ids, call, merge=merge)
+                return original_each(calls, silo_ids, call)
             finally:
                 index = sum(1 for name, _ in parts if not name.startswith("server "))
                 parts.append((names[min(index, len(names) - 1)], time.perf_counter() - started))
