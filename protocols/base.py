@@ -32,8 +32,10 @@ from a cryptographic source of their own; they import no Ray.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from abc import ABC, abstractmethod
+from types import MappingProxyType
 from typing import ClassVar, Mapping, Protocol, TypeVar
 
 import numpy as np
@@ -175,3 +177,18 @@ def read_only(array: np.ndarray) -> np.ndarray:
     """Return ``array`` with its write flag cleared, so a frozen message cannot be changed through it."""
     array.flags.writeable = False
     return array
+
+
+class ReadOnlyMappings:
+    """Base of frozen message dataclasses: freezes every mapping field (``MappingProxyType``) and pickles it back
+    from plain dicts (pickle cannot write a mappingproxy), so actors can send the message."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, field.name, MappingProxyType(dict(value)))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        values = (getattr(self, field.name) for field in dataclasses.fields(self))  # type: ignore[arg-type]
+        return type(self), tuple(dict(value) if isinstance(value, MappingProxyType) else value for value in values)

@@ -8,12 +8,11 @@ ciphertexts whose plaintexts are masked), ``SetupDone``. What the silos receive:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
 
-from protocols.base import read_only
+from protocols.base import ReadOnlyMappings, read_only
 from protocols.secure_aggregation import KeyDirectory
 
 
@@ -26,17 +25,11 @@ class PwpDirectory:
 
 
 @dataclass(frozen=True)
-class SealedSeeds:
+class SealedSeeds(ReadOnlyMappings):
     """The lead silo's ``AGREE_KEYS`` reply: the shared seed R sealed (ChaCha20-Poly1305) for each other silo."""
 
     sender: int
     sealed: Mapping[int, bytes]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sealed", MappingProxyType(dict(self.sealed)))
-
-    def __reduce__(self) -> tuple[type["SealedSeeds"], tuple[int, dict[int, bytes]]]:
-        return SealedSeeds, (self.sender, dict(self.sealed))
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ and an engine can record them as the server's view.
 """
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+
+from protocols.base import ReadOnlyMappings
 
 
 class SecAggStage(enum.Enum):
@@ -27,20 +27,6 @@ class SecAggStage(enum.Enum):
     """Start of round 2: each silo receives the shares addressed to it (it answers ``None``)."""
 
 
-class _ReadOnlyMappings:
-    """Freezes every mapping field of a dataclass (``MappingProxyType``) and pickles it back from plain dicts."""
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, field.name)
-            if isinstance(value, Mapping):
-                object.__setattr__(self, field.name, MappingProxyType(dict(value)))
-
-    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
-        values = (getattr(self, field.name) for field in dataclasses.fields(self))  # type: ignore[arg-type]
-        return type(self), tuple(dict(value) if isinstance(value, MappingProxyType) else value for value in values)
-
-
 @dataclass(frozen=True)
 class RoundKeyAdvertisement:
     """A silo's two fresh X25519 public keys for one round (32 raw bytes each): for pairwise masks and for the
@@ -53,7 +39,7 @@ class RoundKeyAdvertisement:
 
 
 @dataclass(frozen=True)
-class NeighbourKeys(_ReadOnlyMappings):
+class NeighbourKeys(ReadOnlyMappings):
     """The server's answer to ``ADVERTISE_KEYS``: the round's parameters and the key pairs of the silo's
     neighbours that advertised, and its own (``keys[id] = (mask_public_key, channel_public_key)``).
 
@@ -67,7 +53,7 @@ class NeighbourKeys(_ReadOnlyMappings):
 
 
 @dataclass(frozen=True)
-class EncryptedShares(_ReadOnlyMappings):
+class EncryptedShares(ReadOnlyMappings):
     """A silo's shares for each neighbour, AES-GCM-encrypted under their channel key (``SHARE_KEYS``)."""
 
     sender: int
@@ -76,7 +62,7 @@ class EncryptedShares(_ReadOnlyMappings):
 
 
 @dataclass(frozen=True)
-class ShareBundle(_ReadOnlyMappings):
+class ShareBundle(ReadOnlyMappings):
     """The ciphertexts addressed to one silo, by sender, relayed after ``SHARE_KEYS``; the silo masks with exactly
     these senders."""
 
@@ -105,7 +91,7 @@ class UnmaskRequest:
 
 
 @dataclass(frozen=True)
-class UnmaskReply(_ReadOnlyMappings):
+class UnmaskReply(ReadOnlyMappings):
     """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 16 bytes)`` of self-mask seeds (of silos
     that uploaded) and of mask seeds (of silos that did not), by owner."""
 

@@ -10,7 +10,7 @@ from typing import Mapping
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from protocols.base import ProtocolStateError
+from protocols.base import ProtocolStateError, ReadOnlyMappings
 from protocols.secure_aggregation.limits import check_silo_id
 from protocols.secure_aggregation.masks import derive_pairwise_key
 
@@ -24,17 +24,10 @@ class KeyAdvertisement:
 
 
 @dataclass(frozen=True)
-class KeyDirectory:
+class KeyDirectory(ReadOnlyMappings):
     """Every silo's run-level public key, relayed by the server to every silo (read-only)."""
 
     public_keys: Mapping[int, bytes]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "public_keys", MappingProxyType(dict(self.public_keys)))
-
-    def __reduce__(self) -> tuple[type[KeyDirectory], tuple[dict[int, bytes]]]:
-        # A mappingproxy cannot be pickled; rebuild from a plain dict so actors can send the directory.
-        return KeyDirectory, (dict(self.public_keys),)
 
 
 @dataclass(frozen=True)
