@@ -32,6 +32,7 @@ from mechanisms.events import PrivacyEvent
 if TYPE_CHECKING:
     import torch
 
+    from mechanisms.canaries import SiloCanaries
     from protocols.base import ServerProtocol, SiloProtocol
 
 GlobalState = tuple[np.ndarray, ...]
@@ -125,6 +126,8 @@ class SiloContext:
     user_ids: np.ndarray | None = None  # owner (user id, shared across silos) of each record; None without users
     # (silos, users) records per silo and user, computed in the clear: the simulator's "trusted" mode
     user_histogram: np.ndarray | None = None
+    # an audit's canaries this silo hosts (see mechanisms.canaries and simulator.audit); None outside audits
+    canaries: SiloCanaries | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,8 @@ class Mechanism(ABC):
     supports_regression: ClassVar[bool] = False  # trains with prediction_loss, so real-valued targets work too
     # the state holds hypotheses each client picks from (IFCA): runs evaluate every client on the one it picks
     personalised: ClassVar[bool] = False
+    # what the guarantee protects: "record", "user" or "client" (an audit's default canaries); None: nothing
+    privacy_unit: ClassVar[str | None] = None
 
     def __init__(self, params: MechanismParams) -> None:
         self.params = params

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from pydantic import Field
 
 from mechanisms.base import (
@@ -75,13 +77,18 @@ def noisy_local_training(
     noise_multiplier: float,
     max_grad_norm: float,
     divisor: float | None = None,
+    canary_rates: np.ndarray | float | None = None,
 ) -> None:
     """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record), from the
-    global model ``context.model`` holds; with ``proximal_mu`` > 0 each step also descends FedProx's term."""
+    global model ``context.model`` holds; with ``proximal_mu`` > 0 each step also descends FedProx's term. In an
+    audit the silo's canary records (``context.canaries``) take part, each at its ``canary_rates``."""
+    from mechanisms.canaries import CanaryGradients
     from mechanisms.per_sample import noisy_sgd_step
     from mechanisms.proximal import ProximalTerm
 
     proximal = ProximalTerm.at(context.model, context.training.proximal_mu)
+    dimension = sum(p.numel() for p in context.model.parameters())
+    canaries = CanaryGradients.of(context.canaries, dimension=dimension, rates=canary_rates)
     for _ in range(context.training.local_steps):
         noisy_sgd_step(
             context.model,
@@ -94,6 +101,7 @@ def noisy_local_training(
             generator=context.generator,
             divisor=divisor,
             proximal=proximal,
+            canaries=canaries,
         )
 
 
@@ -118,6 +126,7 @@ class DpSgdSilo(SiloMechanism):
             noise_multiplier=params.noise_multiplier,
             max_grad_norm=params.max_grad_norm,
             divisor=float(ctx.training.batch_size),
+            canary_rates=rate,
         )
         delta = model_to_vector(ctx.model) - start
         event = PoissonGaussianEvent(
@@ -130,6 +139,7 @@ class DpSgd(Mechanism):
     """FedAvg whose silos train with record-level DP-SGD (see the module docstring)."""
 
     name = "dp_sgd"
+    privacy_unit = "record"
     Params = DpSgdParams
 
     def silo(self, context: SiloContext) -> SiloMechanism:

@@ -1,5 +1,12 @@
-"""``none``: plain FedAvg without any privacy protection (the PrivacyFree baseline)."""
+"""``none``: plain FedAvg without any privacy protection (the PrivacyFree baseline).
+
+In an audit (client level) the silo also carries the audit's canary clients: each one joins the round with the
+silo and uploads its direction ``u_i`` scaled to the length of the silo's own update, with the silo's weight
+(Andrew et al. 2024, Sec. 3: canary clients whose update is a random direction).
+"""
 from __future__ import annotations
+
+import numpy as np
 
 from mechanisms.base import GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
 from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
@@ -15,7 +22,13 @@ class FedAvgSilo(SiloMechanism):
         (start,) = state
         delta, mean_loss = local_sgd(self.context, start)
         weight = float(self.context.labels.shape[0])
-        return SiloContribution(vector=weighted_delta_vector(delta, weight), metrics={"train_loss": mean_loss})
+        vector = weighted_delta_vector(delta, weight)
+        canaries = self.context.canaries
+        if canaries is not None and len(canaries):
+            # each canary client c adds [weight * |delta| u_c, weight] to the silo's [weight * delta, weight]
+            summed = canaries.directions(delta.size).sum(axis=0) * np.linalg.norm(delta)
+            vector = vector + np.concatenate([weight * summed, [weight * len(canaries)]])
+        return SiloContribution(vector=vector, metrics={"train_loss": mean_loss})
 
 
 class NoPrivacy(Mechanism):

@@ -23,6 +23,7 @@ import math
 import torch
 from torch.func import functional_call, grad, vmap
 
+from mechanisms.canaries import CanaryGradients
 from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
 from mechanisms.fast_clipping import supports_fast_clipping
 from mechanisms.proximal import ProximalTerm
@@ -108,6 +109,7 @@ def noisy_sgd_step(
     generator: torch.Generator,
     divisor: float | None = None,
     proximal: ProximalTerm | None = None,
+    canaries: CanaryGradients | None = None,
 ) -> None:
     """One DP-SGD step in place: Poisson-sample, clip, add ``N(0, (sigma C)^2)``, normalise, descend.
 
@@ -115,7 +117,8 @@ def noisy_sgd_step(
     Algorithm 1). The noisy clipped sum is divided by ``divisor`` or, by default, by the *expected* batch size
     ``sum_j q_j`` (``q n`` for a scalar rate), which does not depend on which records were drawn. An empty
     draw still adds noise. ``proximal`` (FedProx) adds its data-independent gradient after the noise, so the step
-    stays a post-processing of the noisy sum.
+    stays a post-processing of the noisy sum. ``canaries`` (an audit's canary records, see
+    :mod:`mechanisms.canaries`) are sampled after the records and add ``C u_i`` each to the clipped sum.
     """
     num_records = labels.shape[0]
     expected_batch = float(rates) * num_records if isinstance(rates, float) else float(rates.sum())
@@ -125,6 +128,9 @@ def noisy_sgd_step(
         divisor = expected_batch
     idx = poisson_sample(num_records=num_records, rates=rates, generator=generator).to(features.device)
     clipped = clipped_gradient_sum(model, features=features[idx], labels=labels[idx], max_grad_norm=max_grad_norm)
+    if canaries is not None:
+        flat = canaries.sampled_sum(scale=max_grad_norm, generator=generator)
+        clipped = [g + part.view_as(g).to(g) for g, part in zip(clipped, torch.split(flat, [g.numel() for g in clipped]))]
     noise = gaussian_noise_like(clipped, std=noise_multiplier * max_grad_norm, generator=generator)
     pulls = [None] * len(clipped) if proximal is None else proximal.gradients(list(model.parameters()))
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, attack, sweep, merge, validate, list, data fetch.
+"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_output_options(attack, default="runs/<scenario name>_attack/<UTC time>")
     _add_overrides(attack, help="override a scenario key (repeatable)")
     _add_ray_options(attack)
+
+    audit = commands.add_parser("audit", help="audit a scenario's privacy with canaries (audit: block): an empirical lower bound on epsilon")
+    audit.add_argument("scenario", type=Path, help="scenario YAML file (its audit: block; defaults where absent)")
+    _add_output_options(audit, default="runs/<scenario name>_audit/<UTC time>")
+    _add_overrides(audit, help="override a scenario key (repeatable)")
+    _add_ray_options(audit)
 
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")
@@ -152,6 +158,21 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from simulator.audit.runner import audit, with_audit_block
+    from simulator.scenario import resolve_scenario
+
+    scenario = with_audit_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
+    from simulator.invocation import invocation
+
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", finished_file="audit.json") as out:
+        report = audit(scenario, out_dir=out, address=args.address, progress=not args.no_progress,
+                       invocation=invocation(args.argv, args.overrides))
+    print(report.headline())
+    print(f"results written to {out}")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.experiments.sweep import sweep
 
@@ -243,7 +264,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "audit": _cmd_audit, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

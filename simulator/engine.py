@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
+from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
@@ -55,6 +56,7 @@ def run(
     invocation: Mapping[str, Any] | None = None,
     resume: bool = False,
     checkpoint_dir: str | Path | None = None,
+    canaries: Mapping[int, SiloCanaries] | None = None,
 ) -> RunResult:
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
     with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
@@ -62,7 +64,8 @@ def run(
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see :mod:`simulator.checkpoint`)."""
+    interrupted (see :mod:`simulator.checkpoint`). ``canaries``: an audit's canaries by host silo (see
+    :mod:`simulator.audit`)."""
     from simulator.invocation import invocation as api_invocation
     from simulator.reports import write_run
     from simulator.tracking import check_trackers
@@ -74,7 +77,8 @@ def run(
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
-    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume)
+    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
+                  canaries=canaries)
     if out_dir is not None:
         write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
@@ -130,12 +134,14 @@ class Federation:
         *,
         snapshots: bool = False,
         resume_from: Mapping[str, Any] | None = None,
+        canaries: Mapping[int, SiloCanaries] | None = None,
     ) -> None:
         """``snapshots``: the silos keep snapshots in a vault (always with injected crashes; needed for
         checkpoints); ``resume_from``: a checkpoint (:mod:`simulator.checkpoint`) whose state the federation
-        takes instead of running the protocol set-up."""
+        takes instead of running the protocol set-up; ``canaries``: an audit's canaries by host silo."""
         self.scenario = resolve_scenario(scenario)
         self.resume_from = resume_from
+        self.canaries = dict(canaries or {})
         self.snapshots = snapshots or self.scenario.faults.any or resume_from is not None
         self.crash_plan = crash_plan(self.scenario.faults, seed=self.scenario.seed, num_silos=self.scenario.data.silos,
                                      rounds=self.scenario.federation.rounds)
@@ -165,7 +171,7 @@ class Federation:
         self.parts = parts
         specs = [
             SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
-                     user_ids=None if self.users is None else self.users.silo_user_ids[i])
+                     user_ids=None if self.users is None else self.users.silo_user_ids[i], canaries=self.canaries.get(i))
             for i, idx in enumerate(parts)
         ]
         t_data = time.perf_counter()
@@ -308,7 +314,8 @@ class Federation:
         return ray.get(self.server.global_state.remote())
 
 
-def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False) -> RunResult:
+def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
+         canaries: Mapping[int, SiloCanaries] | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
     the run continues from the checkpoint there (see :mod:`simulator.checkpoint`)."""
     checkpoint = None
@@ -316,7 +323,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
         checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
-    with Federation(scenario, snapshots=every > 0, resume_from=checkpoint) as federation:
+    with Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation:
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
         if checkpoint is None:
             accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()

@@ -56,22 +56,27 @@ def atomic_directory(target: Path) -> Iterator[Path]:
 def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any] | None = None, log: Sequence[str] = ()) -> None:
     """Write every output file of a run into ``out_dir`` (atomically); ``invocation`` goes into summary.json (see
     :mod:`simulator.invocation`), ``log`` names the trackers to write for (see :mod:`simulator.tracking`)."""
+    with atomic_directory(out_dir) as staging:
+        write_run_files(result, staging, invocation=invocation, log=log)
+
+
+def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[str, Any] | None = None, log: Sequence[str] = ()) -> None:
+    """Write a run's files into ``directory`` as they are (:func:`write_run` does so in a staging directory)."""
     from simulator.tracking import write_tracking
 
-    with atomic_directory(out_dir) as staging:
-        write_metrics_csv(result, staging / "metrics.csv")
-        (staging / "summary.json").write_text(json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n")
-        write_tracking(result, staging, log)
-        plot_metrics(result, staging / "metrics.png")
-        if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
-            plot_privacy(result, staging / "privacy.png")
-        scenario = result.scenario
-        mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, staging)
-        torch.save(dict(result.model_state), staging / "model.pt")
-        if result.personalisation is not None:
-            from simulator.personalisation.outputs import write_personalisation
+    write_metrics_csv(result, directory / "metrics.csv")
+    (directory / "summary.json").write_text(json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n")
+    write_tracking(result, directory, log)
+    plot_metrics(result, directory / "metrics.png")
+    if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
+        plot_privacy(result, directory / "privacy.png")
+    scenario = result.scenario
+    mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
+    torch.save(dict(result.model_state), directory / "model.pt")
+    if result.personalisation is not None:
+        from simulator.personalisation.outputs import write_personalisation
 
-            write_personalisation(result, staging)
+        write_personalisation(result, directory)
 
 
 def _finite_or_none(value: float | None) -> float | None:

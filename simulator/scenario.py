@@ -317,6 +317,21 @@ class CheckpointConfig(_Block):
     """Write a checkpoint after every this many rounds (into the output directory, `checkpoint.pkl`; `privsilo run --resume` continues from it); 0: none."""
 
 
+class AuditConfig(_Block):
+    """``audit``: an empirical privacy audit with canaries (``privsilo audit``; see Auditing)."""
+
+    unit: Literal["record", "user", "client"] | None = None
+    """What a canary is: a `record`, a `user` or a `client` (`null`: the unit the mechanism protects: record for `dp_sgd` and `rpdp`, user for `uldp`, client for `pldp`, `dprivacy` and `none`)."""
+    kind: Literal["gradient", "input"] = "gradient"
+    """`gradient`: white-box canaries whose clipped gradient (a record) or update (a user, a client) is a fixed random direction, scored by the cosine between the final model's change and that direction; `input`: mislabelled copies of training records, scored by the final model's loss (records of `dp_sgd` only)."""
+    canaries: int = Field(1000, ge=2)
+    """How many canaries M; each is included independently with probability 1/2 (at most the training records, the users, or 1,000 per silo for client canaries)."""
+    confidence: float = Field(0.95, gt=0, lt=1, allow_inf_nan=False)
+    """Confidence of the empirical lower bound on epsilon."""
+    seed: int | None = Field(None, ge=0)
+    """Seed of the canaries' inclusion and directions (`null`: derived from the scenario's `seed`)."""
+
+
 class MechanismConfig(_Block):
     name: str = "none"
     """`none` (FedAvg, no protection), `dp_sgd`, `rpdp`, `uldp`, `pldp` or `dprivacy`; the further keys of `mechanism` are the mechanism's parameters (tables below)."""
@@ -352,6 +367,8 @@ class Scenario(_Block):
     """Injected silo crashes."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoints for `--resume`."""
+    audit: AuditConfig | None = None
+    """An empirical privacy audit (`privsilo audit`; the defaults where the block is absent)."""
 
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
@@ -370,7 +387,7 @@ class Scenario(_Block):
 # Keys added after scenarios were first written and journaled, by block (None: the top level): at their defaults
 # ``Scenario.to_dict`` leaves them out, so a scenario keeps the form (and sweep-journal hash) it had before them.
 LATER_KEYS: dict[str | None, tuple[str, ...]] = {
-    None: ("attack", "faults", "checkpoint"),
+    None: ("attack", "faults", "checkpoint", "audit"),
     "data": ("kwargs",),
     "model": ("kwargs",),
     "federation": ("server_optimizer", "proximal_mu"),
@@ -560,6 +577,10 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("resources.silos_per_actor", packing, f"must not exceed data.silos = {data.silos}")
     if scenario.attack is not None:
         _check_attack(scenario, info)
+    if scenario.audit is not None:
+        from simulator.audit.config import check_audit
+
+        check_audit(scenario, train_records=info.train_records)
     for role in ("server", "silo"):
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
+from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from protocols.base import SiloProtocol
@@ -30,13 +31,14 @@ from simulator.snapshots import dump_by_reference, load_by_reference
 
 @dataclass(frozen=True)
 class SiloSpec:
-    """What makes one silo: its id, the indices of its records in the training set, its generator's seed and,
-    with ``data.users``, the owner of each of its records."""
+    """What makes one silo: its id, the indices of its records in the training set, its generator's seed,
+    with ``data.users`` the owner of each of its records, and in an audit the canaries it hosts."""
 
     silo_id: int
     record_ids: np.ndarray
     seed: int
     user_ids: np.ndarray | None = None
+    canaries: SiloCanaries | None = None
 
 
 def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
@@ -92,6 +94,7 @@ class Silo:
             device=device,
             user_ids=None if spec.user_ids is None else np.array(spec.user_ids),
             user_histogram=user_histogram,
+            canaries=spec.canaries,
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None

@@ -30,6 +30,7 @@ class DPrivacy(Mechanism):
     """IFCA with d-private uploads (see the module docstring)."""
 
     name = "dprivacy"
+    privacy_unit = "client"
     Params = DPrivacyParams
     needs_individual_contributions = True
     supports_regression = True

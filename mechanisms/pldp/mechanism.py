@@ -70,6 +70,7 @@ class Pldp(Mechanism):
     """PLDP-FL (see the module docstring)."""
 
     name = "pldp"
+    privacy_unit = "client"
     Params = PldpParams
 
     @classmethod

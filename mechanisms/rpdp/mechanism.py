@@ -149,6 +149,9 @@ class RpdpSilo(SiloMechanism):
         except RuntimeError as exc:  # the SCF curve fit does not converge for some (T, tau)
             raise PrivacyBudgetError(f"mechanism.estimator: {params.estimator!r} failed here ({exc}); use 'exact'") from None
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
+        canaries = context.canaries
+        # an audit's canary records get budgets as records do and train at their budgets' planned rates
+        self.canary_rates = None if canaries is None else _planned_rates(params.variant, canaries.budgets, estimator)
         self._refuse_if_unsafe(estimator)
         self.accountant = RecordBudgetAccountant(budgets=self.budgets, rates=self.planned_rates, settings=settings)
         self.plan = PersonalizedTrainingPlan(budgets=self.budgets, planned_rates=self.planned_rates, schedule=schedule)
@@ -186,6 +189,7 @@ class RpdpSilo(SiloMechanism):
             noise_multiplier=params.noise_multiplier,
             max_grad_norm=params.max_grad_norm,
             divisor=float(ctx.training.batch_size) if params.normalization == "public" else None,
+            canary_rates=self.canary_rates,
         )
         self.accountant.commit(rates)
         event = PersonalizedPoissonGaussianEvent(plan=self.plan, rates=rates)
@@ -197,6 +201,7 @@ class Rpdp(Mechanism):
     """rPDP-FL and its baselines (see the module docstring)."""
 
     name = "rpdp"
+    privacy_unit = "record"
     Params = RpdpParams
 
     def silo(self, context: SiloContext) -> SiloMechanism:

@@ -62,6 +62,7 @@ class Uldp(Mechanism):
     """ULDP-FL (see the module docstring)."""
 
     name = "uldp"
+    privacy_unit = "user"
     Params = UldpParams
     needs_users = True
     needs_every_silo = True

@@ -1,0 +1,74 @@
+"""Gradient canaries of a privacy audit, as a silo-side mechanism sees them (see :mod:`simulator.audit`).
+
+A white-box ("Dirac") canary is a unit whose contribution is a fixed, public, random unit direction ``u_i`` in
+parameter space, scaled to the mechanism's sensitivity: a canary *record* of DP-SGD is a record whose clipped
+gradient is ``C u_i`` at every step it is sampled in (Steinke, Nasr, Jagielski 2023, Sec. 6, white-box
+auditing); a canary *client* uploads the update ``c u_i`` (Andrew et al. 2024, Sec. 3). The directions are
+independent Gaussian vectors normalised to length 1, each drawn from ``(audit seed, canary id)``, so a silo and
+the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``.
+
+A silo hosts only the canaries the audit *included*; the excluded ones exist only in the auditor's scoring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+
+def canary_directions(seed: int, ids: np.ndarray, dimension: int) -> np.ndarray:
+    """Unit directions ``u_i`` of the canaries ``ids``, shape ``(len(ids), dimension)``, float64."""
+    rows = np.empty((len(ids), dimension))
+    for row, canary in enumerate(np.asarray(ids, dtype=np.int64)):
+        vector = np.random.default_rng([int(seed), int(canary)]).standard_normal(dimension)
+        rows[row] = vector / np.linalg.norm(vector)
+    return rows
+
+
+@dataclass(frozen=True)
+class SiloCanaries:
+    """The included canaries one silo hosts: global ids, the audit's direction seed, and per canary its privacy
+    budget where the mechanism personalises budgets (rPDP: canaries get levels as records do; else None)."""
+
+    ids: np.ndarray
+    seed: int
+    budgets: np.ndarray | None = field(default=None)
+
+    def __len__(self) -> int:
+        return int(len(self.ids))
+
+    def directions(self, dimension: int) -> np.ndarray:
+        return canary_directions(self.seed, self.ids, dimension)
+
+
+@dataclass(frozen=True)
+class CanaryGradients:
+    """Canary records inside DP-SGD: canary ``i`` is Poisson-sampled at ``rates[i]`` in each step (from the silo's
+    generator, after its records) and, when sampled, adds its clipped gradient ``C u_i`` to the clipped sum."""
+
+    directions: "torch.Tensor"  # (k, d)
+    rates: "torch.Tensor"  # (k,) float64
+
+    @classmethod
+    def of(cls, canaries: SiloCanaries | None, *, dimension: int, rates: np.ndarray | float | None) -> "CanaryGradients | None":
+        """The canaries a silo hosts at the given Poisson rates (one, or one per canary); None without canaries.
+        A silo that hosts canaries but gives no rates is a mechanism that does not take canary records: an error."""
+        import torch
+
+        if canaries is None or len(canaries) == 0:
+            return None
+        if rates is None:
+            raise TypeError("this silo hosts canary records but its training gives them no sampling rate")
+        rates = np.broadcast_to(np.asarray(rates, dtype=np.float64), (len(canaries),))
+        return cls(torch.tensor(canaries.directions(dimension), dtype=torch.float32), torch.tensor(rates.copy()))
+
+    def sampled_sum(self, *, scale: float, generator: "torch.Generator") -> "torch.Tensor":
+        """``scale`` times the sum of the directions of the canaries drawn in this step, flat ``(d,)``."""
+        import torch
+
+        drawn = torch.rand(self.rates.shape[0], generator=generator, dtype=torch.float64) < self.rates
+        return self.directions[drawn].sum(dim=0) * scale

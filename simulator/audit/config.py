@@ -1,0 +1,76 @@
+"""Which audits a scenario can run, checked before anything is loaded: the canary unit, kind and count."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mechanisms.registry import mechanism_class
+from simulator.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from simulator.scenario import Scenario
+
+# The canaries each mechanism can host, by (mechanism, unit): the unit it protects (and `none`'s clients).
+SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
+    "none": ("client",),
+    "dp_sgd": ("record",),
+    "rpdp": ("record",),
+}
+INPUT_CANARY_MECHANISMS = ("dp_sgd",)
+MAX_CANARY_CLIENTS_PER_SILO = 1000
+
+
+def audit_unit(scenario: Scenario) -> str:
+    """The unit of a scenario's audit: ``audit.unit``, else the one its mechanism protects (clients for ``none``)."""
+    audit = scenario.audit
+    if audit is not None and audit.unit is not None:
+        return audit.unit
+    return mechanism_class(scenario.mechanism.name).privacy_unit or "client"
+
+
+def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
+    """Refuse (``ScenarioError``, exit 2) an audit the mechanism cannot host or the federation cannot hold."""
+    audit, name = scenario.audit, scenario.mechanism.name
+    unit = audit_unit(scenario)
+    units = SUPPORTED_UNITS.get(name, ())
+    if not units:
+        raise ScenarioError("mechanism.name", name, f"audits run with {', '.join(SUPPORTED_UNITS)}")
+    if unit not in units:
+        protected = mechanism_class(name).privacy_unit or "nothing"
+        raise ScenarioError("audit.unit", unit, f"'{name}' protects {protected}; audit unit allowed: {', '.join(units)}")
+    if audit.kind == "input" and (name not in INPUT_CANARY_MECHANISMS or unit != "record"):
+        raise ScenarioError("audit.kind", "input", f"input canaries are records of {', '.join(INPUT_CANARY_MECHANISMS)}; use gradient")
+    capacity = _capacity(scenario, unit, train_records=train_records)
+    if capacity is not None and audit.canaries > capacity:
+        raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")
+    if name == "rpdp":
+        _check_rpdp(scenario)
+
+
+def _capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> int | None:
+    if unit == "client":
+        return MAX_CANARY_CLIENTS_PER_SILO * scenario.data.silos
+    if unit == "user":
+        return None if scenario.data.users is None else scenario.data.users.count
+    limits = [train_records]
+    if scenario.data.max_records_per_silo is not None:
+        limits.append(scenario.data.max_records_per_silo * scenario.data.silos)
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
+
+def _capacity_reason(unit: str) -> str:
+    return {
+        "client": f"{MAX_CANARY_CLIENTS_PER_SILO} canary clients per silo",
+        "user": "one canary per user of data.users.count",
+        "record": "one canary per training record the silos hold",
+    }[unit]
+
+
+def _check_rpdp(scenario: Scenario) -> None:
+    """rPDP's audit is per privacy level: the canaries need budgets of a few discrete levels and rPDP's own rates."""
+    params = scenario.mechanism.params
+    if params.variant != "rpdp":
+        raise ScenarioError("mechanism.variant", params.variant, "audits of rpdp run its own variant 'rpdp' (the baselines' rates are not per budget)")
+    if params.budgets.get("distribution") != "three_levels":
+        raise ScenarioError("mechanism.budgets", params.budgets.get("distribution"),
+                            "an rpdp audit bounds each privacy level apart: use distribution three_levels")
