@@ -32,17 +32,26 @@ def canary_directions(seed: int, ids: np.ndarray, dimension: int) -> np.ndarray:
 @dataclass(frozen=True)
 class SiloCanaries:
     """The included canaries one silo hosts: global ids, the audit's direction seed, and per canary its privacy
-    budget where the mechanism personalises budgets (rPDP: canaries get levels as records do; else None)."""
+    budget where the mechanism personalises budgets (rPDP: canaries get levels as records do) or, for canary users
+    whose records span several silos (ULDP), the user's weight ``w_{s,u}`` in this silo."""
 
     ids: np.ndarray
     seed: int
     budgets: np.ndarray | None = field(default=None)
+    weights: np.ndarray | None = field(default=None)
 
     def __len__(self) -> int:
         return int(len(self.ids))
 
     def directions(self, dimension: int) -> np.ndarray:
         return canary_directions(self.seed, self.ids, dimension)
+
+    def sampled(self, round_index: int, rate: float) -> np.ndarray:
+        """Which canaries take part in ``round_index`` under Poisson sampling at ``rate`` (a canary user's draw is
+        the same in every silo: it comes from the audit's seed, the round and the canary's id only)."""
+        if rate >= 1.0:
+            return np.ones(len(self), dtype=bool)
+        return np.array([np.random.default_rng([self.seed, 2, round_index, int(c)]).random() < rate for c in self.ids], dtype=bool)
 
 
 @dataclass(frozen=True)

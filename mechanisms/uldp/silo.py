@@ -117,8 +117,18 @@ class PerUserSilo(_UldpSilo):
             users, rows = self.clipped_user_deltas(start, sampled)
             deltas = UserDeltas(users=users, deltas=rows.cpu().numpy(), noise=self._noise(start.size, std))
             return SiloContribution(vector=None, protocol_input=deltas, events=(event,))
-        total = self.weighted_sum(start, sampled)
+        total = self.weighted_sum(start, sampled) + self.canary_sum(start.size, round_index)
         return SiloContribution(vector=total + self._noise(total.size, std), events=(event,))
+
+    def canary_sum(self, dimension: int, round_index: int) -> np.ndarray:
+        """An audit's canary users (:mod:`mechanisms.canaries`): each sampled one adds ``w_{s,u} C u`` (its clipped
+        delta is ``C u`` in every silo holding its records; SGD's rows are gradients, so ``-C u`` there)."""
+        canaries = self.context.canaries
+        if canaries is None or not len(canaries):
+            return np.zeros(dimension)
+        weights = canaries.weights * canaries.sampled(round_index, self.params.user_rate)
+        row_sign = -1.0 if self.variant is Variant.SGD else 1.0
+        return row_sign * self.params.max_grad_norm * (weights @ canaries.directions(dimension))
 
 
 class NaiveSilo(_UldpSilo):

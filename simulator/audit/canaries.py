@@ -2,7 +2,9 @@
 
 Canary ``i`` of ``M`` is included with probability 1/2, independently, from the audit's own seed (Steinke, Nasr,
 Jagielski 2023, Alg. 1); canaries are dealt to silos round robin in a random order, and a silo hosts only its
-included ones (see :mod:`mechanisms.canaries` for what a hosted canary does). The auditor's view is the **final
+included ones (see :mod:`mechanisms.canaries` for what a hosted canary does). A canary *user* (ULDP) instead has
+records in 2 or more silos (1 to 3 records in each), and every silo holding its records hosts it with the weight
+the mechanism gives such a user there. The auditor's view is the **final
 global model** only: canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
 meaning "more likely included", or ``cos(theta_0 - theta_T, u_i)`` for a canary record, whose direction is a
 gradient that training descends.
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.canaries import SiloCanaries, canary_directions
+from simulator.audit.config import audit_unit
 from simulator.scenario import Scenario
 
 AUDIT_STREAM = 0xA0D17  # the audit's seed stream, apart from every stream of the run's own seed
@@ -34,6 +37,7 @@ class CanaryPlan:
     included: np.ndarray  # (M,) bool
     hosts: np.ndarray  # (M,) silo id
     budgets: np.ndarray | None = None  # (M,) each canary's budget, for mechanisms with personal budgets
+    user_weights: np.ndarray | None = None  # (silos, M) each canary user's weight w_{s,u} in each silo (ULDP)
 
     @classmethod
     def draw(cls, scenario: Scenario) -> "CanaryPlan":
@@ -42,10 +46,12 @@ class CanaryPlan:
         rng = np.random.default_rng([seed, 1])
         included = rng.random(count) < 0.5
         hosts = rng.permutation(np.arange(count) % silos)
-        budgets = None
+        budgets = weights = None
         if scenario.mechanism.name == "rpdp":  # budgets drawn as the silos draw their records' budgets
             budgets = scenario.mechanism.params.record_budgets(np.arange(count), rng)
-        return cls(seed=seed, included=included, hosts=hosts, budgets=budgets)
+        if audit_unit(scenario) == "user":
+            weights = _canary_user_weights(scenario, _canary_user_records(count, silos, rng))
+        return cls(seed=seed, included=included, hosts=hosts, budgets=budgets, user_weights=weights)
 
     @property
     def count(self) -> int:
@@ -53,6 +59,10 @@ class CanaryPlan:
 
     def by_silo(self) -> dict[int, SiloCanaries]:
         """The included canaries of each silo that hosts any."""
+        if self.user_weights is not None:
+            return {silo: SiloCanaries(ids=ids, seed=self.seed, weights=row[ids])
+                    for silo, row in enumerate(self.user_weights)
+                    if (ids := np.flatnonzero(self.included & (row > 0))).size}
         hosted = {}
         for silo in np.unique(self.hosts[self.included]):
             ids = np.flatnonzero(self.included & (self.hosts == silo))
@@ -67,3 +77,20 @@ class CanaryPlan:
         ids = np.arange(self.count)
         return np.concatenate([canary_directions(self.seed, block, change.size) @ change / norm
                                for block in np.array_split(ids, max(1, self.count // 64))])
+
+
+def _canary_user_records(count: int, silos: int, rng: np.random.Generator) -> np.ndarray:
+    """``(silos, count)`` records of each canary user per silo: 2 to all silos (one if there is one), 1-3 each."""
+    records = np.zeros((silos, count), dtype=np.int64)
+    for user in range(count):
+        spanned = rng.choice(silos, size=int(rng.integers(min(2, silos), silos + 1)), replace=False)
+        records[spanned, user] = rng.integers(1, 4, size=spanned.size)
+    return records
+
+
+def _canary_user_weights(scenario: Scenario, records: np.ndarray) -> np.ndarray:
+    """``w_{s,u}`` of each canary user in each silo, as ULDP weighs its own users (:func:`user_weights`)."""
+    from mechanisms.uldp.weights import user_weights
+
+    proportional = scenario.mechanism.params.variant == "avg_w"
+    return np.stack([user_weights(records, silo=silo, proportional=proportional) for silo in range(records.shape[0])])

@@ -14,7 +14,9 @@ SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
     "none": ("client",),
     "dp_sgd": ("record",),
     "rpdp": ("record",),
+    "uldp": ("user",),
 }
+ULDP_AUDITED_VARIANTS = ("avg", "avg_w", "sgd")
 INPUT_CANARY_MECHANISMS = ("dp_sgd",)
 MAX_CANARY_CLIENTS_PER_SILO = 1000
 
@@ -44,6 +46,8 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")
     if name == "rpdp":
         _check_rpdp(scenario)
+    if name == "uldp":
+        _check_uldp(scenario)
 
 
 def _capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> int | None:
@@ -74,3 +78,13 @@ def _check_rpdp(scenario: Scenario) -> None:
     if params.budgets.get("distribution") != "three_levels":
         raise ScenarioError("mechanism.budgets", params.budgets.get("distribution"),
                             "an rpdp audit bounds each privacy level apart: use distribution three_levels")
+
+
+def _check_uldp(scenario: Scenario) -> None:
+    """Canary users are per-user clipped deltas: the per-user variants, with weights computed in the clear."""
+    params = scenario.mechanism.params
+    if params.variant not in ULDP_AUDITED_VARIANTS:
+        raise ScenarioError("mechanism.variant", params.variant, f"uldp audits insert canary users into per-user training: use {', '.join(ULDP_AUDITED_VARIANTS)}")
+    if params.weighting != "plain":
+        raise ScenarioError("mechanism.weighting", params.weighting,
+                            "an audit weights its canary users in the clear: use plain (the private weighting protocol releases the same sum)")
