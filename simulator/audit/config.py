@@ -41,13 +41,13 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         raise ScenarioError("audit.unit", unit, f"'{name}' protects {protected}; audit unit allowed: {', '.join(units)}")
     if audit.kind == "input" and (name not in INPUT_CANARY_MECHANISMS or unit != "record"):
         raise ScenarioError("audit.kind", "input", f"input canaries are records of {', '.join(INPUT_CANARY_MECHANISMS)}; use gradient")
-    capacity = _capacity(scenario, unit, train_records=train_records)
-    if capacity is not None and audit.canaries > capacity:
-        raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")
     if name == "rpdp":
         _check_rpdp(scenario)
     if name == "uldp":
         _check_uldp(scenario)
+    capacity = _capacity(scenario, unit, train_records=train_records)
+    if capacity is not None and audit.canaries > capacity:
+        raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")
 
 
 def _capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> int | None:

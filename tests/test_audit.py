@@ -1,0 +1,131 @@
+"""``privsilo audit``: canaries inside each mechanism (exact checks), the audit's power and its bounds against the
+claimed epsilon on real runs, its files, and bad input. The statistics themselves: tests/test_audit_bounds.py."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import small_scenario
+from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
+from mechanisms.per_sample import noisy_sgd_step
+from simulator.audit.canaries import CanaryPlan
+from simulator.audit.runner import audit
+from simulator.cli import main
+from simulator.scenario import validate_scenario
+
+
+def _audited(mechanism: dict, *, canaries: int, data: dict | None = None, **blocks) -> dict:
+    return small_scenario(data=data or {"dataset": "digits", "partition": "iid", "silos": 3}, model={"name": "mlp_128"},
+                          mechanism=mechanism, audit={"canaries": canaries}, **blocks)
+
+
+def test_canary_record_adds_its_clipped_gradient_to_a_dp_sgd_step():
+    """No record sampled, no noise, one canary at rate 1: the step moves the model by exactly -lr/B * C u."""
+    model = torch.nn.Linear(4, 3)
+    before = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    hosted = SiloCanaries(ids=np.array([7]), seed=11)
+    canaries = CanaryGradients.of(hosted, dimension=before.numel(), rates=1.0)
+    noisy_sgd_step(model, features=torch.zeros(5, 4), labels=torch.zeros(5, dtype=torch.long), rates=0.0, max_grad_norm=0.5,
+                   noise_multiplier=0.0, lr=0.2, generator=torch.Generator().manual_seed(0), divisor=10.0, canaries=canaries)
+    after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    expected = -0.2 / 10.0 * 0.5 * canary_directions(11, np.array([7]), before.numel())[0]
+    np.testing.assert_allclose((after - before).double().numpy(), expected, atol=1e-7)
+
+
+def test_canary_plan_follows_the_audit_seed_and_scores_directions():
+    scenario = validate_scenario(_audited({"name": "dp_sgd"}, canaries=200))
+    first, second = CanaryPlan.draw(scenario), CanaryPlan.draw(scenario)
+    np.testing.assert_array_equal(first.included, second.included)
+    np.testing.assert_array_equal(first.hosts, second.hosts)
+    other = CanaryPlan.draw(validate_scenario(_audited({"name": "dp_sgd"}, canaries=200) | {"seed": 1}))
+    assert not np.array_equal(first.included, other.included)
+    hosted = first.by_silo()
+    assert sorted(np.concatenate([h.ids for h in hosted.values()]).tolist()) == np.flatnonzero(first.included).tolist()
+    direction = canary_directions(first.seed, np.array([5]), 300)[0]
+    scores = first.scores(3.0 * direction)
+    assert scores[5] == pytest.approx(1.0) and np.abs(np.delete(scores, 5)).max() < 0.35
+
+
+def test_canary_users_are_weighted_as_uldp_weighs_users():
+    scenario = validate_scenario(_audited({"name": "uldp", "variant": "avg_w"}, canaries=40,
+                                          data={"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 100}},
+                                          protocol={"secure_aggregation": True}))
+    plan = CanaryPlan.draw(scenario)
+    np.testing.assert_allclose(plan.user_weights.sum(axis=0), 1.0)  # AVG-w: each user's weights sum to 1
+    assert ((plan.user_weights > 0).sum(axis=0) >= 2).all()  # every canary user spans several silos
+
+
+def test_no_noise_and_1000_canary_clients_give_a_bound_of_at_least_3(ray_local, tmp_path):
+    assert main(["audit", "--no-progress", "--out", str(tmp_path / "out"), "--set", "model.name=mlp_128", "--set", "audit.canaries=1000",
+                 *_scenario_file(tmp_path, small_scenario(audit={}))]) == 0
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert report["empirical_epsilon_lower_bound"] >= 3.0
+    assert report["claimed_epsilon"] is None and report["unit"] == "client" and report["canaries"] == 1000
+    assert report["correct"] <= report["guesses"] and report["estimate"] > report["empirical_epsilon_lower_bound"]
+    for name in ("audit.png", "metrics.csv", "summary.json", "model.pt"):
+        assert (tmp_path / "out" / name).is_file()
+
+
+@pytest.mark.parametrize("sigma", [0.3, 1.0])
+def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
+    scenario = _audited({"name": "dp_sgd", "noise_multiplier": sigma, "sampling_rate": 0.5}, canaries=300,
+                        data={"dataset": "digits", "partition": "iid", "silos": 3, "max_records_per_silo": 100})
+    report = audit(scenario)
+    assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
+
+
+def test_uldp_canary_users_bound_is_positive_and_below_the_claim(ray_local):
+    scenario = _audited({"name": "uldp", "variant": "avg_w", "noise_multiplier": 0.5, "global_lr": 1.0}, canaries=1000,
+                        data={"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 1000}},
+                        protocol={"secure_aggregation": True}, federation={"rounds": 3, "client_rate": 1.0, "local_steps": 2,
+                                                                            "batch_size": 32, "lr": 0.1})
+    report = audit(scenario)
+    assert report.unit == "user"
+    assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
+
+
+def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_local):
+    budgets = {"distribution": "three_levels", "levels": [0.5, 2.0, 8.0], "ratios": [0.34, 0.33, 0.33]}
+    report = audit(_audited({"name": "rpdp", "budgets": budgets}, canaries=600))
+    assert [group.budget for group in report.groups] == [0.5, 2.0, 8.0]
+    assert sum(group.bound.canaries for group in report.groups) == 600
+    for group in report.groups:
+        assert group.bound.epsilon <= group.budget
+    levels = report.to_json()["levels"]
+    assert [level["claimed_epsilon"] for level in levels] == [0.5, 2.0, 8.0]
+
+
+@pytest.mark.parametrize("audit_block, mechanism, field", [
+    ({"canaries": 1}, {"name": "dp_sgd"}, "audit.canaries"),
+    ({"canaries": 5000}, {"name": "dp_sgd"}, "audit.canaries"),
+    ({"unit": "household"}, {"name": "dp_sgd"}, "audit.unit"),
+    ({"kind": "membership"}, {"name": "dp_sgd"}, "audit.kind"),
+    ({"unit": "client"}, {"name": "dp_sgd"}, "audit.unit"),
+    ({"confidence": 1.0}, {"name": "dp_sgd"}, "audit.confidence"),
+    ({"kind": "input"}, {"name": "none"}, "audit.kind"),
+    ({}, {"name": "rpdp", "budgets": {"distribution": "bounded_pareto"}}, "mechanism.budgets"),
+])
+def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, field):
+    code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and field in err, err
+
+
+def test_audit_of_uldp_with_private_weighting_is_refused(tmp_path, capsys):
+    users = {"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 100}}
+    scenario = small_scenario(data=users, mechanism={"name": "uldp", "variant": "avg_w", "weighting": "private"}, audit={},
+                              protocol={"secure_aggregation": True})
+    assert main(["validate", *_scenario_file(tmp_path, scenario)]) == 2
+    assert "mechanism.weighting" in capsys.readouterr().err
+
+
+def _scenario_file(tmp_path, scenario: dict) -> list[str]:
+    import yaml
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return [str(path)]
+
