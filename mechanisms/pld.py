@@ -19,8 +19,9 @@ with Opacus' PRV accountant (Gopi, Lee and Wutschitz, NeurIPS 2021), an independ
 
 The neighbouring relation is add/remove one unit (a record for ``dp_sgd``, a user for ``uldp``): dp_accounting
 keeps both directions' distributions and reports the worse. One step's PLD is built once per ``(q, sigma)``
-(the expensive part: 0.02 to 0.5 s) and a schedule's epsilon is cached, so silos with the same schedule and a
-report read twice cost one evaluation.
+(0.01 to 0.7 s, the most at low noise); a schedule then costs one self-composition by FFT and one search for
+epsilon (10 ms at sigma = 5 to 0.3 s at q = 0.11, sigma = 1, 200 steps), and its epsilon is cached, so silos
+with the same schedule, and a report read twice, cost one evaluation.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ from functools import lru_cache
 from typing import Any
 
 VALUE_DISCRETIZATION_INTERVAL = 1e-4
-"""Width of dp_accounting's privacy-loss grid (its default): the pessimistic rounding adds at most this much loss
-per composed step, and the tests find the result within 2% of Opacus' PRV accountant."""
+"""Width of the privacy-loss grid (dp_accounting's default). Coarser grids are faster and still upper bounds
+(pessimistic) but looser where epsilon is small: 3e-4 is three times faster and at most 0.17% above, 1e-3 ten
+times faster and up to 2% above (q = 0.01, sigma = 5, 100 steps: 0.0613 at 1e-4, 0.0625 at 1e-3)."""
 
 Schedule = tuple[tuple[float, float, int], ...]
 """``(sampling rate q, noise multiplier sigma, steps)`` entries composed one after another."""
