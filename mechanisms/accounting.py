@@ -13,6 +13,11 @@ Across silos: silos hold disjoint records and a record's neighbouring relation (
 one silo only, so by parallel composition the federation's record-level epsilon is the **maximum** over silos of
 each silo's composed epsilon. A silo that did not take part in a round reports no event and adds nothing: we
 account the realised participation and claim **no** amplification from the server's sampling of silos.
+
+``accountant="pld"`` (``mechanism.accountant: pld``) also evaluates each silo's merged history with the privacy
+loss distribution of :mod:`mechanisms.pld`, a tighter upper bound, and reports it as ``epsilon`` beside the RDP
+figure (``epsilon_rdp``, ``epsilon_pld`` and their per-silo tables); with ``rdp`` (the default) the report is
+RDP's alone, as it always was.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from typing import Any, Iterable
 import numpy as np
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import PoissonGaussianEvent
+from mechanisms.pld import pld_epsilon
 from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp, poisson_gaussian_rdp
 
 
@@ -63,13 +69,17 @@ def _finite_or_none(value: float) -> float | None:
 class RdpAccountant(PrivacyAccountant):
     """Per-silo RDP composition of Poisson-subsampled Gaussian events; epsilon = max over silos.
 
-    ``delta`` is the target of :meth:`report`; :meth:`epsilon` and friends take any delta. Silos made known by
-    :meth:`enrol` (the federation's silos, at start-up) are reported with epsilon 0 until they record an event.
+    ``delta`` is the target of :meth:`report`; :meth:`epsilon` and friends take any delta (and are RDP's). Silos
+    made known by :meth:`enrol` (the federation's silos, at start-up) are reported with epsilon 0 until they record
+    an event. ``accountant="pld"`` adds the PLD figures to the report (see the module docstring).
     """
 
-    def __init__(self, *, delta: float, orders: tuple[float, ...] = DEFAULT_ORDERS) -> None:
+    def __init__(self, *, delta: float, orders: tuple[float, ...] = DEFAULT_ORDERS, accountant: str = "rdp") -> None:
         _validate_delta(delta)
+        if accountant not in ("rdp", "pld"):
+            raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
         self.delta = delta
+        self.accountant = accountant
         self.orders = np.asarray(orders, dtype=np.float64)
         self._history: dict[int, list[tuple[float, float, int]]] = {}
         self._rdp: dict[int, np.ndarray] = {}
@@ -139,13 +149,42 @@ class RdpAccountant(PrivacyAccountant):
         worst = max(per_silo, key=per_silo.__getitem__)
         return per_silo, self._silo_epsilon_and_order(worst, delta)[1]
 
+    def pld_epsilon_per_silo(self, delta: float) -> dict[int, float]:
+        """Each silo's epsilon at ``delta`` from the PLD of its merged history (:func:`mechanisms.pld.pld_epsilon`)."""
+        _validate_delta(delta)
+        return {silo: pld_epsilon(tuple(history), delta) for silo, history in sorted(self._history.items())}
+
     def report(self) -> dict[str, Any]:
-        """JSON-ready summary at the target delta; epsilon is None when it is infinite (sigma = 0)."""
+        """JSON-ready summary at the target delta; epsilon is None when it is infinite (sigma = 0). With the PLD
+        accountant ``epsilon`` and ``epsilon_per_silo`` are PLD's, beside ``*_rdp`` and ``*_pld``; ``best_order``
+        stays the RDP order."""
         per_silo, best_order = self._worst(self.delta)
-        return {
+        epsilon_rdp, per_silo_rdp = _epsilon_and_table(per_silo)
+        report = {
             "guarantee": "record-level (epsilon, delta)-DP, RDP of Poisson-subsampled Gaussian, max over silos",
-            "epsilon": _finite_or_none(max(per_silo.values(), default=0.0)),
+            "epsilon": epsilon_rdp,
             "delta": self.delta,
             "best_order": None if math.isnan(best_order) else best_order,
-            "epsilon_per_silo": {str(silo): _finite_or_none(eps) for silo, eps in per_silo.items()},
+            "epsilon_per_silo": per_silo_rdp,
         }
+        if self.accountant == "pld":
+            epsilon_pld, per_silo_pld = _epsilon_and_table(self.pld_epsilon_per_silo(self.delta))
+            report.update(
+                guarantee="record-level (epsilon, delta)-DP, PLD (RDP beside it) of Poisson-subsampled Gaussian, max over silos",
+                accountant="pld",
+                epsilon=epsilon_pld,
+                epsilon_rdp=epsilon_rdp,
+                epsilon_pld=epsilon_pld,
+                epsilon_per_silo=per_silo_pld,
+                epsilon_per_silo_rdp=per_silo_rdp,
+                epsilon_per_silo_pld=per_silo_pld,
+            )
+        return report
+
+
+def _epsilon_and_table(per_silo: dict[int, float]) -> tuple[float | None, dict[str, float | None]]:
+    """(max over silos, ``{silo: epsilon}`` with string keys), None for inf: the report's form of ``per_silo``."""
+    return (
+        _finite_or_none(max(per_silo.values(), default=0.0)),
+        {str(silo): _finite_or_none(eps) for silo, eps in per_silo.items()},
+    )

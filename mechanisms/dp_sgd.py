@@ -15,7 +15,7 @@ reveal the record count).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -59,6 +59,8 @@ class DpSgdParams(MechanismParams):
     """Delta of the reported (epsilon, delta)."""
     sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     """Poisson rate q of every silo's local steps, public and the same for all silos; the noisy sum is divided by `federation.batch_size` (set it near q times a typical silo's records), so no step depends on a record count. `null`: q = batch_size / records (Abadi et al.; treats record counts as public)."""
+    accountant: Literal["rdp", "pld"] = "rdp"
+    """`rdp` (Renyi DP, Mironov et al. 2019) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`)."""
 
     def clips_record_gradients(self) -> bool:
         return True
@@ -151,7 +153,7 @@ class DpSgd(Mechanism):
     def accountant(self) -> PrivacyAccountant:
         from mechanisms.accounting import RdpAccountant
 
-        return RdpAccountant(delta=self.params.delta)
+        return RdpAccountant(delta=self.params.delta, accountant=self.params.accountant)
 
     def assumed_public(self) -> tuple[str, ...]:
         if self.params.sampling_rate is None:

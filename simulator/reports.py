@@ -178,6 +178,9 @@ def privacy_line(privacy: Mapping[str, Any], *, mechanism: str = "none") -> str:
     eps, guarantee = privacy.get("epsilon"), str(privacy.get("guarantee"))
     if eps is not None:
         line = f"epsilon = {eps:.4g} at delta = {privacy['delta']:g}"
+        if privacy.get("accountant") == "pld":
+            rdp = privacy.get("epsilon_rdp")
+            line += f" (PLD accountant; RDP gives {'inf' if rdp is None else format(rdp, '.4g')})"
     elif guarantee.startswith("not covered"):
         line = f"no epsilon ({guarantee}; the paper's figures are in summary.json privacy.paper_accounting)"
     else:

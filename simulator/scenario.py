@@ -373,9 +373,12 @@ class Scenario(_Block):
     def to_dict(self) -> dict[str, Any]:
         raw = self.model_dump(mode="json")
         for block, keys in LATER_KEYS.items():  # at their defaults, keys added later are left out
-            model, target = (self, raw) if block is None else (getattr(self, block), raw[block])
+            model, target = self, raw
+            for part in block.split(".") if block else ():
+                model, target = getattr(model, part), target[part]
             for key in keys:
-                if getattr(model, key) == type(model).model_fields[key].get_default(call_default_factory=True):
+                field = type(model).model_fields.get(key)
+                if field is not None and getattr(model, key) == field.get_default(call_default_factory=True):
                     del target[key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
@@ -386,12 +389,14 @@ class Scenario(_Block):
 
 # Keys added after scenarios were first written and journaled, by block (None: the top level): at their defaults
 # ``Scenario.to_dict`` leaves them out, so a scenario keeps the form (and sweep-journal hash) it had before them.
+# A dotted block is a path of attributes; ``mechanism.params`` lists keys of the mechanisms that have them.
 LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     None: ("attack", "faults", "checkpoint", "audit"),
     "data": ("kwargs",),
     "model": ("kwargs",),
     "federation": ("server_optimizer", "proximal_mu"),
     "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate"),
+    "mechanism.params": ("accountant",),
 }
 
 

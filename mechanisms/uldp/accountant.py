@@ -17,6 +17,9 @@ User-Level Differential Privacy", VLDB 2024).
 * RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21, as Opacus' ``get_privacy_spent``):
   ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders, by
   :func:`mechanisms.rdp.epsilon_from_rdp`, which refuses a curve with a NaN, a negative or a decreasing value.
+* ``accountant="pld"`` (not for ``group``, whose group privacy is a statement about RDP curves): the user-level
+  rounds are also evaluated with the privacy loss distribution of the Poisson-subsampled Gaussian
+  (:mod:`mechanisms.pld`), a tighter upper bound reported as ``epsilon`` beside the RDP figure.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from mechanisms.pld import pld_epsilon
 from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, epsilon_from_rdp, poisson_gaussian_rdp
 from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
@@ -90,18 +94,32 @@ def _to_dp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
     return epsilon_from_rdp(orders, rdp, delta)[0]
 
 
-def user_level_epsilon(*, noise_multiplier: float, rounds: int, delta: float, user_rate: float = 1.0) -> float:
-    """Epsilon of ``rounds`` user-level Gaussian rounds (Thm. 1/3), Poisson user sampling at ``user_rate``."""
+def user_level_epsilon(
+    *, noise_multiplier: float, rounds: int, delta: float, user_rate: float = 1.0, accountant: str = "rdp"
+) -> float:
+    """Epsilon of ``rounds`` user-level Gaussian rounds (Thm. 1/3), Poisson user sampling at ``user_rate``, by
+    the ``accountant`` named (``rdp`` or ``pld``)."""
     _check_real("noise_multiplier", noise_multiplier, low=0.0)
     _check_int("rounds", rounds, minimum=0)
     _check_delta(delta)
     _check_rate("user_rate", user_rate)
-    if rounds == 0:
+    return _schedule_epsilon(((float(user_rate), float(noise_multiplier), int(rounds)),), delta, accountant)
+
+
+def _schedule_epsilon(schedule: Schedule, delta: float, accountant: str) -> float:
+    """Epsilon of user-level rounds composed as ``(user rate, sigma, rounds)`` entries, by RDP (the curves add
+    over entries, then Lemma 2) or by their PLD (:func:`mechanisms.pld.pld_epsilon`)."""
+    if accountant == "pld":
+        return pld_epsilon(tuple(schedule), delta)
+    if accountant != "rdp":
+        raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    schedule = [(q, sigma, rounds) for q, sigma, rounds in schedule if rounds > 0]
+    if not schedule:
         return 0.0
-    if noise_multiplier == 0.0:
+    if any(sigma == 0.0 for _, sigma, _ in schedule):
         return math.inf
     orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
-    rdp = int(rounds) * poisson_gaussian_rdp(np.array([float(user_rate)]), float(noise_multiplier), orders)[:, 0]
+    rdp = sum(rounds * poisson_gaussian_rdp(np.array([q]), sigma, orders)[:, 0] for q, sigma, rounds in schedule)
     return _to_dp(orders, rdp, delta)
 
 
@@ -129,8 +147,10 @@ def epsilon(
     local_steps: int | None = None,
     group_rounding: GroupRounding | str = "up",
     naive_noise: str = "safe",
+    accountant: str = "rdp",
 ) -> float:
-    """User-level epsilon of a ULDP-FL run after ``rounds`` rounds, without running anything.
+    """User-level epsilon of a ULDP-FL run after ``rounds`` rounds, without running anything (``accountant``:
+    ``rdp``, or ``pld`` for every variant but ``group``).
 
     ``naive`` with ``naive_noise="paper"`` (the paper's sigma * C * sqrt|S| per silo against a per-silo
     sensitivity of 2C) is accounted at sigma / 2 (see :func:`mechanisms.uldp.variants.naive_noise_multiplier`).
@@ -143,7 +163,11 @@ def epsilon(
     if variant is Variant.NAIVE:
         noise_multiplier = naive_noise_multiplier(noise_multiplier, naive_noise)
     if variant is not Variant.GROUP:
-        return user_level_epsilon(noise_multiplier=noise_multiplier, rounds=rounds, delta=delta, user_rate=user_rate)
+        return user_level_epsilon(
+            noise_multiplier=noise_multiplier, rounds=rounds, delta=delta, user_rate=user_rate, accountant=accountant
+        )
+    if accountant != "rdp":
+        raise ValueError(f"variant 'group' is accounted by RDP only (group privacy, Mironov 2017, Prop. 2), got {accountant!r}")
     if group_k is None or sampling_rate is None or local_steps is None:
         raise ValueError("variant 'group' needs group_k, sampling_rate and local_steps")
     if user_rate != 1.0:
@@ -159,13 +183,23 @@ class UldpAccountant(PrivacyAccountant):
 
     :class:`UserLevelGaussianEvent`: every silo reports the same event for a round; the round is composed once
     (a disagreement between silos is an error). :class:`GroupDpSgdEvent`: composed per silo, then
-    :func:`group_epsilon`.
+    :func:`group_epsilon`. ``accountant="pld"`` (not with ``group``) reports the user-level rounds' PLD epsilon as
+    ``epsilon`` beside RDP's (``epsilon_rdp``, ``epsilon_pld``).
     """
 
     def __init__(
-        self, *, variant: Variant | str, delta: float, group_rounding: GroupRounding | str = "up", group_k_public: bool = True
+        self,
+        *,
+        variant: Variant | str,
+        delta: float,
+        group_rounding: GroupRounding | str = "up",
+        group_k_public: bool = True,
+        accountant: str = "rdp",
     ) -> None:
         _check_delta(delta)
+        if accountant not in ("rdp", "pld") or (accountant == "pld" and Variant(variant) is Variant.GROUP):
+            raise ValueError(f"accountant must be 'rdp', or 'pld' with a variant other than group; got {accountant!r}")
+        self.accountant = accountant
         self.group_k_public = group_k_public
         self.variant = Variant(variant)
         self.delta = delta
@@ -215,22 +249,21 @@ class UldpAccountant(PrivacyAccountant):
             if self._group_k is None:
                 return 0.0
             return group_epsilon(self._silo_schedules.values(), group_k=self._group_k, delta=self.delta, rounding=self.group_rounding)
-        return self._composed(knows_sample=False)
+        return self._composed(knows_sample=False, accountant=self.accountant)
 
-    def _composed(self, *, knows_sample: bool) -> float:
+    def _composed(self, *, knows_sample: bool, accountant: str) -> float:
         """The user-level rounds composed at their user rates (a third party's view) or, for a view that knows
-        the sample, at rate 1."""
-        orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+        the sample, at rate 1, by ``accountant``."""
         by_setting: dict[tuple[float, float], int] = {}
         for (rate, sigma), rounds in self._rounds_per_setting.items():
             key = (1.0 if knows_sample else rate, sigma)
             by_setting[key] = by_setting.get(key, 0) + rounds
-        if not by_setting:
-            return 0.0
-        if any(sigma == 0.0 for _, sigma in by_setting):
-            return math.inf
-        total = sum(steps * poisson_gaussian_rdp(np.array([q]), sigma, orders)[:, 0] for (q, sigma), steps in by_setting.items())
-        return _to_dp(orders, total, self.delta)
+        schedule = tuple((q, sigma, rounds) for (q, sigma), rounds in by_setting.items())
+        return _schedule_epsilon(schedule, self.delta, accountant)
+
+    def _both(self, *, knows_sample: bool) -> dict[str, float | None]:
+        """``{"rdp": epsilon, "pld": epsilon}`` of the user-level rounds (None for inf), for the PLD report."""
+        return {name: _finite_or_none(self._composed(knows_sample=knows_sample, accountant=name)) for name in ("rdp", "pld")}
 
     def report(self) -> dict[str, Any]:
         value = self.epsilon()
@@ -262,14 +295,28 @@ class UldpAccountant(PrivacyAccountant):
             # The per-round sample sizes are not reported: the amplified epsilon assumes a third party does not
             # learn the sample, and publishing its sizes would condition it. The server and silos know them.
             report.update(rounds_accounted=len(self._rounds))
-            if any(event.user_rate < 1.0 for event in self._rounds.values()):
+            sampled = any(event.user_rate < 1.0 for event in self._rounds.values())
+            if sampled:
                 report["guarantee"] += (
                     "; amplified by user sub-sampling, so against a third party who does not learn which users were "
                     "sampled (the server draws the sample and the silos receive it: their view is epsilon_without_sampling)"
                 )
-                without = self._composed(knows_sample=True)
-                report["epsilon_without_sampling"] = without if math.isfinite(without) else None
+                without = self._composed(knows_sample=True, accountant=self.accountant)
+                report["epsilon_without_sampling"] = _finite_or_none(without)
+            if self.accountant == "pld":
+                report.update(_pld_keys(self._both(knows_sample=False), "epsilon"))
+                if sampled:
+                    report.update(_pld_keys(self._both(knows_sample=True), "epsilon_without_sampling"))
         return report
+
+
+def _pld_keys(both: dict[str, float | None], key: str) -> dict[str, Any]:
+    """The PLD report's keys for one figure: ``accountant``, then ``KEY_rdp`` and ``KEY_pld`` side by side."""
+    return {"accountant": "pld", f"{key}_rdp": both["rdp"], f"{key}_pld": both["pld"]}
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _check_delta(delta: float) -> None:

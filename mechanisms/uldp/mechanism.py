@@ -126,6 +126,7 @@ class Uldp(Mechanism):
             delta=params.delta,
             group_rounding=params.group_rounding,
             group_k_public=not isinstance(params.group_k, str),
+            accountant=params.accountant,
         )
 
     def assumed_public(self) -> tuple[str, ...]:

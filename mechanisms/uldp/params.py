@@ -35,6 +35,8 @@ class UldpParams(MechanismParams):
     """`weighting: private`: the server's Paillier modulus in bits."""
     max_records_per_user: int = Field(default=2000, ge=1)
     """`weighting: private`: the public bound N_max on any user's records across silos; lcm(1..N_max) must fit the key (at most 1,320 for 2,048 bits, 2,038 for 3,072); a run whose data has a user above it stops (exit 2)."""
+    accountant: Literal["rdp", "pld"] = "rdp"
+    """`rdp` (Renyi DP) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`); `pld` is refused with variant `group`, whose group privacy is a statement about RDP."""
 
     def clips_record_gradients(self) -> bool:
         """GROUP-k runs record-level DP-SGD; the other variants clip per-user model deltas."""
@@ -66,6 +68,17 @@ class UldpParams(MechanismParams):
             raise ValueError(
                 "group_k: variant 'group' needs a public integer >= 1 (or 'max'/'median' of records per user, the "
                 "paper's choice, taken from the data and therefore reported without an epsilon)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _pld_needs_user_level_rounds(self) -> "UldpParams":
+        """GROUP-k converts record-level RDP to user level by group privacy for RDP (Mironov 2017, Prop. 2), which
+        has no PLD counterpart here."""
+        if self.accountant == "pld" and self.variant == "group":
+            raise ValueError(
+                "accountant: variant 'group' is accounted by group privacy over RDP (Mironov 2017, Prop. 2), which has "
+                "no PLD counterpart; allowed: rdp, or pld with variant naive, avg, avg_w or sgd"
             )
         return self
 
