@@ -8,6 +8,8 @@ independent Gaussian vectors normalised to length 1, each drawn from ``(audit se
 the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``.
 
 A silo hosts only the canaries the audit *included*; the excluded ones exist only in the auditor's scoring.
+*Input* canaries (out-of-distribution records, Steinke et al. Sec. 6) are not seen by a mechanism at all: the
+silo's worker appends them to the silo's records.
 """
 from __future__ import annotations
 
@@ -39,9 +41,17 @@ class SiloCanaries:
     seed: int
     budgets: np.ndarray | None = field(default=None)
     weights: np.ndarray | None = field(default=None)
+    # input canaries (out-of-distribution records): their features and labels
+    features: np.ndarray | None = field(default=None)
+    labels: np.ndarray | None = field(default=None)
 
     def __len__(self) -> int:
         return int(len(self.ids))
+
+    @property
+    def are_inputs(self) -> bool:
+        """Input canaries are records the silo trains on like its own; the others act inside the mechanism."""
+        return self.features is not None
 
     def directions(self, dimension: int) -> np.ndarray:
         return canary_directions(self.seed, self.ids, dimension)

@@ -116,6 +116,17 @@ def _limit_threads(num_cpus: float) -> None:
     torch.set_num_threads(max(1, int(num_cpus)))
 
 
+def _silo_records(spec: SiloSpec, features: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """A silo's records: its slice of the training set and, in an audit with input canaries, the included canaries
+    it hosts after them."""
+    own = {"features": features[spec.record_ids], "labels": labels[spec.record_ids]}
+    canaries = spec.canaries
+    if canaries is None or not canaries.are_inputs:
+        return own
+    return {"features": np.concatenate([own["features"], canaries.features.astype(own["features"].dtype)]),
+            "labels": np.concatenate([own["labels"], canaries.labels.astype(own["labels"].dtype)])}
+
+
 class SiloWorker:
     """A worker process hosting one or more logical silos of one run at a time (``resources.silos_per_actor``).
 
@@ -155,8 +166,7 @@ class SiloWorker:
         self.silos = {
             spec.silo_id: Silo(
                 spec,
-                features=features[spec.record_ids],
-                labels=labels[spec.record_ids],
+                **_silo_records(spec, features, labels),
                 scenario=scenario,
                 feature_shape=feature_shape,
                 num_classes=num_classes,

@@ -94,7 +94,7 @@ class Silo:
             device=device,
             user_ids=None if spec.user_ids is None else np.array(spec.user_ids),
             user_histogram=user_histogram,
-            canaries=spec.canaries,
+            canaries=None if spec.canaries is None or spec.canaries.are_inputs else spec.canaries,
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None

@@ -35,12 +35,26 @@ def test_canary_record_adds_its_clipped_gradient_to_a_dp_sgd_step():
     np.testing.assert_allclose((after - before).double().numpy(), expected, atol=1e-7)
 
 
+def test_input_canaries_are_appended_to_their_host_silos_records():
+    from simulator.actors import _silo_records
+    from simulator.silo import SiloSpec
+
+    scenario = validate_scenario(_audited({"name": "dp_sgd"}, canaries=50) | {"audit": {"canaries": 50, "kind": "input"}})
+    plan = CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10)
+    features, labels = np.zeros((100, 64), dtype=np.float32), np.zeros(100, dtype=np.int64)
+    hosted = plan.by_silo()[1]
+    records = _silo_records(SiloSpec(silo_id=1, record_ids=np.arange(10), seed=0, canaries=hosted), features, labels)
+    np.testing.assert_array_equal(records["features"][10:], plan.features[hosted.ids])
+    np.testing.assert_array_equal(records["labels"][10:], plan.labels[hosted.ids])
+    assert records["labels"].dtype == labels.dtype and len(records["labels"]) == 10 + len(hosted)
+
+
 def test_canary_plan_follows_the_audit_seed_and_scores_directions():
     scenario = validate_scenario(_audited({"name": "dp_sgd"}, canaries=200))
-    first, second = CanaryPlan.draw(scenario), CanaryPlan.draw(scenario)
+    first, second = (CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10) for _ in range(2))
     np.testing.assert_array_equal(first.included, second.included)
     np.testing.assert_array_equal(first.hosts, second.hosts)
-    other = CanaryPlan.draw(validate_scenario(_audited({"name": "dp_sgd"}, canaries=200) | {"seed": 1}))
+    other = CanaryPlan.draw(validate_scenario(_audited({"name": "dp_sgd"}, canaries=200) | {"seed": 1}), feature_shape=(64,), num_classes=10)
     assert not np.array_equal(first.included, other.included)
     hosted = first.by_silo()
     assert sorted(np.concatenate([h.ids for h in hosted.values()]).tolist()) == np.flatnonzero(first.included).tolist()
@@ -53,7 +67,7 @@ def test_canary_users_are_weighted_as_uldp_weighs_users():
     scenario = validate_scenario(_audited({"name": "uldp", "variant": "avg_w"}, canaries=40,
                                           data={"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 100}},
                                           protocol={"secure_aggregation": True}))
-    plan = CanaryPlan.draw(scenario)
+    plan = CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10)
     np.testing.assert_allclose(plan.user_weights.sum(axis=0), 1.0)  # AVG-w: each user's weights sum to 1
     assert ((plan.user_weights > 0).sum(axis=0) >= 2).all()  # every canary user spans several silos
 
@@ -75,6 +89,14 @@ def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
                         data={"dataset": "digits", "partition": "iid", "silos": 3, "max_records_per_silo": 100})
     report = audit(scenario)
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
+
+
+def test_input_canary_audit_writes_a_bound_below_the_claim(ray_local):
+    scenario = _audited({"name": "dp_sgd", "noise_multiplier": 1.0}, canaries=200)
+    scenario["audit"]["kind"] = "input"
+    report = audit(scenario)
+    assert report.to_json()["kind"] == "input" and "loss" in report.to_json()["score"]
+    assert 0.0 <= report.lower_bound < report.claims["claimed_epsilon"]
 
 
 def test_uldp_canary_users_bound_is_positive_and_below_the_claim(ray_local):

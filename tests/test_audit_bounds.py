@@ -312,3 +312,8 @@ def test_imports_no_torch_and_no_ray():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_gaussian_estimate_is_infinite_when_the_fits_do_not_overlap():
+    far_apart = gaussian_fit_estimate([1000.0, 1000.1, 999.9], [0.0, 0.1, -0.1], 1e-5)
+    assert far_apart.epsilon == math.inf

@@ -43,7 +43,8 @@ GUESS_GRID_SIZE = 10
 """How many guess counts :func:`default_guess_counts` proposes (fewer for small ``m``, after rounding)."""
 
 ESTIMATE_EPSILON_CEILING = 512.0
-"""The largest epsilon :func:`gaussian_fit_estimate` searches (``e^epsilon`` stays finite in float64)."""
+"""The largest epsilon :func:`gaussian_fit_estimate` searches (``e^epsilon`` stays finite in float64); beyond it the
+estimate is infinite."""
 
 
 @dataclass(frozen=True)
@@ -261,13 +262,14 @@ def _fit_gaussian(values: Sequence[float] | np.ndarray, name: str) -> tuple[floa
 
 
 def _invert_nonincreasing(delta_of: Callable[[float], float], delta: float) -> float:
-    """The smallest epsilon >= 0 with ``delta_of(epsilon) <= delta`` (bisection; the upper end of the bracket)."""
+    """The smallest epsilon >= 0 with ``delta_of(epsilon) <= delta`` (bisection; the upper end of the bracket), or
+    infinity where it exceeds :data:`ESTIMATE_EPSILON_CEILING`."""
     if delta_of(0.0) <= delta:
         return 0.0
     low, high = 0.0, 1.0
     while delta_of(high) > delta:
-        if high >= ESTIMATE_EPSILON_CEILING:
-            raise ValueError(f"the fitted Gaussians need epsilon > {ESTIMATE_EPSILON_CEILING} at delta = {delta}")
+        if high >= ESTIMATE_EPSILON_CEILING:  # the two fits barely overlap: no finite estimate worth reporting
+            return math.inf
         low, high = high, 2.0 * high
     while high - low > ESTIMATE_TOLERANCE:
         middle = 0.5 * (low + high)

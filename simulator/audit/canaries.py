@@ -7,7 +7,9 @@ records in 2 or more silos (1 to 3 records in each), and every silo holding its 
 the mechanism gives such a user there. The auditor's view is the **final
 global model** only: canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
 meaning "more likely included", or ``cos(theta_0 - theta_T, u_i)`` for a canary record, whose direction is a
-gradient that training descends.
+gradient that training descends. An input canary (an out-of-distribution record: standard Gaussian features,
+which match the scale of privsilo's standardised data, and a random label; Steinke et al. Sec. 6, black-box)
+scores minus the final model's loss on it.
 """
 from __future__ import annotations
 
@@ -39,19 +41,26 @@ class CanaryPlan:
     budgets: np.ndarray | None = None  # (M,) each canary's budget, for mechanisms with personal budgets
     user_weights: np.ndarray | None = None  # (silos, M) each canary user's weight w_{s,u} in each silo (ULDP)
 
+    features: np.ndarray | None = None  # (M, *feature shape) input canaries: random inputs
+    labels: np.ndarray | None = None  # (M,) input canaries: their random labels
+
     @classmethod
-    def draw(cls, scenario: Scenario) -> "CanaryPlan":
+    def draw(cls, scenario: Scenario, *, feature_shape: tuple[int, ...], num_classes: int) -> "CanaryPlan":
+        """The plan of ``scenario``'s audit for a dataset of ``feature_shape`` and ``num_classes`` labels."""
         seed = audit_seed(scenario)
         count, silos = scenario.audit.canaries, scenario.data.silos
         rng = np.random.default_rng([seed, 1])
         included = rng.random(count) < 0.5
         hosts = rng.permutation(np.arange(count) % silos)
-        budgets = weights = None
+        extra: dict[str, np.ndarray] = {}
         if scenario.mechanism.name == "rpdp":  # budgets drawn as the silos draw their records' budgets
-            budgets = scenario.mechanism.params.record_budgets(np.arange(count), rng)
+            extra["budgets"] = scenario.mechanism.params.record_budgets(np.arange(count), rng)
         if audit_unit(scenario) == "user":
-            weights = _canary_user_weights(scenario, _canary_user_records(count, silos, rng))
-        return cls(seed=seed, included=included, hosts=hosts, budgets=budgets, user_weights=weights)
+            extra["user_weights"] = _canary_user_weights(scenario, _canary_user_records(count, silos, rng))
+        if scenario.audit.kind == "input":
+            extra["features"] = rng.standard_normal((count, *feature_shape)).astype(np.float32)
+            extra["labels"] = rng.integers(0, num_classes, size=count)
+        return cls(seed=seed, included=included, hosts=hosts, **extra)
 
     @property
     def count(self) -> int:
@@ -66,7 +75,8 @@ class CanaryPlan:
         hosted = {}
         for silo in np.unique(self.hosts[self.included]):
             ids = np.flatnonzero(self.included & (self.hosts == silo))
-            hosted[int(silo)] = SiloCanaries(ids=ids, seed=self.seed, budgets=None if self.budgets is None else self.budgets[ids])
+            hosted[int(silo)] = SiloCanaries(ids=ids, seed=self.seed, **{
+                name: values[ids] for name in ("budgets", "features", "labels") if (values := getattr(self, name)) is not None})
         return hosted
 
     def scores(self, change: np.ndarray) -> np.ndarray:

@@ -18,13 +18,17 @@ import numpy as np
 from simulator.audit.bounds import AuditBound, GaussianEstimate, gaussian_fit_estimate, one_run_audit
 from simulator.audit.canaries import CanaryPlan
 from simulator.audit.config import audit_unit
+from simulator.data import Dataset
 from simulator.results import RunResult
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 
 # The delta of the bound for a mechanism that reports none (`none`): the default delta of the DP mechanisms.
 DELTA_WITHOUT_GUARANTEE = 1e-5
 VIEW = "final model"
-SCORE = "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the canary's direction"
+SCORES = {
+    "gradient": "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the canary's direction",
+    "input": "minus the final model's loss on the canary (a random Gaussian input with a random label)",
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class AuditReport:
 
     scenario: Scenario
     unit: str
+    seed: int
     delta: float
     claims: Mapping[str, float | None]
     groups: tuple[AuditGroup, ...]
@@ -85,9 +90,9 @@ class AuditReport:
             "unit": self.unit,
             "kind": audit.kind,
             "view": VIEW,
-            "score": SCORE,
+            "score": SCORES[audit.kind],
             "guess_counts": "Bonferroni over a grid fixed before scoring: each count tested at level (1 - confidence) / count of the grid",
-            "seed": CanaryPlan.draw(self.scenario).seed,
+            "seed": self.seed,
         }
         if len(self.groups) > 1 or self.groups[0].budget is not None:
             report["levels"] = [group.to_json() for group in self.groups]
@@ -122,12 +127,14 @@ def audit(
 ) -> AuditReport:
     """Audit a scenario (its ``audit`` block, defaults where absent); write the run's files and ``audit.json`` and
     ``audit.png`` to ``out_dir`` if given, all or nothing."""
+    from simulator.data.sources import scenario_dataset
     from simulator.engine import run
 
     scenario = with_audit_block(resolve_scenario(scenario, overrides))
-    plan = CanaryPlan.draw(scenario)
+    dataset = scenario_dataset(scenario.data, seed=scenario.seed)
+    plan = CanaryPlan.draw(scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     result = run(scenario, address=address, progress=progress, canaries=plan.by_silo())
-    report = _report(scenario, plan, result)
+    report = _report(scenario, plan, result, _scores(scenario, plan, result, dataset))
     if out_dir is not None:
         from simulator.audit.outputs import write_audit
         from simulator.invocation import invocation as api_invocation
@@ -136,10 +143,8 @@ def audit(
     return report
 
 
-def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult) -> AuditReport:
+def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.ndarray) -> AuditReport:
     unit = audit_unit(scenario)
-    # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
-    scores = plan.scores(_model_change(scenario, result) * (-1.0 if unit == "record" else 1.0))
     privacy = result.privacy
     delta = privacy.get("delta") or DELTA_WITHOUT_GUARANTEE
     confidence = scenario.audit.confidence
@@ -152,7 +157,7 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult) -> AuditRep
     else:
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
                               delta=delta, confidence=confidence) for b in np.unique(plan.budgets))
-    return AuditReport(scenario=scenario, unit=unit, delta=delta, claims=claims, groups=groups, result=result)
+    return AuditReport(scenario=scenario, unit=unit, seed=plan.seed, delta=delta, claims=claims, groups=groups, result=result)
 
 
 def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, delta: float,
@@ -162,19 +167,27 @@ def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, cl
     return AuditGroup(budget=budget, claimed_epsilon=claim, bound=bound, estimate=estimate, scores=scores, included=included)
 
 
-def _model_change(scenario: Scenario, result: RunResult) -> np.ndarray:
-    """``theta_T - theta_0`` of the (first) global model, as a flat vector in ``model_to_vector`` order."""
+def _scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
+    """Every canary's score from the final model (higher: more likely included; see :mod:`simulator.audit.canaries`)."""
+    import torch
+
     from mechanisms.base import model_to_vector
     from simulator.data.silos import run_seeds
-    from simulator.data.sources import scenario_dataset
     from simulator.engine import _initial_state
     from simulator.models import build_scenario_model
 
-    dataset = scenario_dataset(scenario.data, seed=scenario.seed)
-    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0]
     model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     model.load_state_dict(dict(result.model_state))
-    return model_to_vector(model) - initial
+    if scenario.audit.kind == "input":
+        model.eval()
+        with torch.no_grad():
+            logits = model(torch.as_tensor(plan.features, dtype=torch.as_tensor(dataset.x_train[:1]).dtype))
+            loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(plan.labels), reduction="none")
+        return -loss.double().numpy()
+    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0]
+    # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
+    sign = -1.0 if audit_unit(scenario) == "record" else 1.0
+    return plan.scores(sign * (model_to_vector(model) - initial))
 
 
 def _finite_or_none(value: float) -> float | None:
