@@ -1,0 +1,70 @@
+"""The README's auditing table: per setting, the claimed epsilon (RDP and, where the mechanism has it, PLD), the
+audit's lower bound and estimate, test accuracy with and without canaries, and the audit's cost against the plain
+run of the same scenario (runs alternating, in one local Ray session, so both reuse the same warm actors).
+
+Each setting is a shipped scenario with ``--set``-style overrides (see ``SETTINGS``; ``--only NAME`` picks some).
+The cost is the median over ``--repeats`` of the audit's wall time (``simulator.audit.runner.audit``: the run with
+canaries plus scoring) divided by the plain run's (``simulator.engine.run``).
+
+    PYTHONPATH=. python benchmarks/bench_audit.py [--repeats 1] [--only dp_sgd_mnist_s1 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from round_parts import loadavg, local_ray, median
+from simulator.audit.runner import audit
+from simulator.engine import run
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+MNIST_SHORT = ["federation.rounds=3", "audit.canaries=1000"]
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
+       for sigma in ("0.5", "1.0", "2.0")},
+    "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
+    "uldp_mnist_avg_w": ("uldp/mnist.yaml", [*MNIST_SHORT, "data.users.count=1000", "mechanism.accountant=pld"]),
+}
+
+
+def one_setting(name: str, repeats: int) -> dict[str, object]:
+    path, overrides = SETTINGS[name]
+    scenario = str(SCENARIOS / path)
+    audit_seconds, plain_seconds, report, plain = [], [], None, None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        report = audit(scenario, overrides=overrides)
+        audit_seconds.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        plain = run(scenario, overrides=[o for o in overrides if not o.startswith("audit.")])
+        plain_seconds.append(time.perf_counter() - started)
+    summary = report.to_json()
+    return {
+        "setting": name,
+        "claimed (RDP)": summary.get("claimed_epsilon_rdp", summary["claimed_epsilon"]),
+        "claimed (PLD)": summary.get("claimed_epsilon_pld"),
+        "lower bound": summary["empirical_epsilon_lower_bound"],
+        "estimate": summary["estimate"],
+        "levels": [(level["budget"], level["empirical_epsilon_lower_bound"], level["estimate"]) for level in summary.get("levels", [])],
+        "accuracy (audit)": report.result.rounds[-1].report.accuracy,
+        "accuracy (plain)": plain.rounds[-1].report.accuracy,
+        "cost": median([a / p for a, p in zip(audit_seconds, plain_seconds)]),
+        "plain seconds": median(plain_seconds),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
+    args = parser.parse_args()
+    print(f"load before: {loadavg()}", flush=True)
+    with local_ray(cpus=2):
+        for name in args.only:
+            print(one_setting(name, args.repeats), flush=True)
+    print(f"load after: {loadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
