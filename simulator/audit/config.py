@@ -1,13 +1,14 @@
 """Which audits a scenario can run, checked before anything is loaded: the canary unit, kind and count."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mechanisms.registry import mechanism_class
 from simulator.errors import ScenarioError
 
-if TYPE_CHECKING:
-    from simulator.scenario import Scenario
+# The functions take a validated ``simulator.scenario.Scenario`` (typed Any: the scenario's validation calls them,
+# and simulator.scenario must not be imported back).
+Scenario = Any
 
 # The canaries each mechanism can host, by (mechanism, unit): the unit it protects (and `none`'s clients).
 SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {

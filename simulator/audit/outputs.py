@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from simulator.audit.runner import AuditReport  # noqa: E402
+from simulator.audit.report import AuditReport  # noqa: E402
 from simulator.reports import atomic_directory, write_run_files  # noqa: E402
 
 
