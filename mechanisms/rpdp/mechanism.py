@@ -149,11 +149,12 @@ class RpdpSilo(SiloMechanism):
         except RuntimeError as exc:  # the SCF curve fit does not converge for some (T, tau)
             raise PrivacyBudgetError(f"mechanism.estimator: {params.estimator!r} failed here ({exc}); use 'exact'") from None
         self.planned_rates = _planned_rates(params.variant, self.budgets, estimator)
-        canaries = context.canaries
-        # an audit's canary records get budgets as records do and train at their budgets' planned rates
-        self.canary_rates = None if canaries is None else _planned_rates(params.variant, canaries.budgets, estimator)
         self._refuse_if_unsafe(estimator)
         self.accountant = RecordBudgetAccountant(budgets=self.budgets, rates=self.planned_rates, settings=settings)
+        # an audit's canary records get budgets as records do, and the same planned rates and budget enforcement
+        canaries = context.canaries
+        self.canary_accountant = None if canaries is None else RecordBudgetAccountant(
+            budgets=canaries.budgets, rates=_planned_rates(params.variant, canaries.budgets, estimator), settings=settings)
         self.plan = PersonalizedTrainingPlan(budgets=self.budgets, planned_rates=self.planned_rates, schedule=schedule)
 
     def _refuse_if_unsafe(self, estimator: SamplingProbabilityEstimator) -> None:
@@ -183,15 +184,18 @@ class RpdpSilo(SiloMechanism):
         load_vector_into_model(ctx.model, start)
         ctx.model.train()
         rates = self.accountant.rates_for_next_round()
+        canary_rates = None if self.canary_accountant is None else self.canary_accountant.rates_for_next_round()
         noisy_local_training(
             ctx,
             rates=torch.as_tensor(rates, dtype=torch.float64),
             noise_multiplier=params.noise_multiplier,
             max_grad_norm=params.max_grad_norm,
             divisor=float(ctx.training.batch_size) if params.normalization == "public" else None,
-            canary_rates=self.canary_rates,
+            canary_rates=canary_rates,
         )
         self.accountant.commit(rates)
+        if self.canary_accountant is not None:
+            self.canary_accountant.commit(canary_rates)
         event = PersonalizedPoissonGaussianEvent(plan=self.plan, rates=rates)
         delta = model_to_vector(ctx.model) - start
         return SiloContribution(vector=weighted_delta_vector(delta, SILO_WEIGHT), events=(event,))
