@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import small_scenario
+from tests.conftest import REPO, small_scenario
 from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
 from mechanisms.per_sample import noisy_sgd_step
 from simulator.audit.canaries import CanaryPlan
@@ -85,9 +85,7 @@ def test_no_noise_and_1000_canary_clients_give_a_bound_of_at_least_3(ray_local, 
 
 @pytest.mark.parametrize("sigma", [0.3, 1.0])
 def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
-    scenario = _audited({"name": "dp_sgd", "noise_multiplier": sigma, "sampling_rate": 0.5}, canaries=300,
-                        data={"dataset": "digits", "partition": "iid", "silos": 3, "max_records_per_silo": 100})
-    report = audit(scenario)
+    report = audit(REPO / "scenarios" / "audits" / "dp_sgd_digits.yaml", overrides=[f"mechanism.noise_multiplier={sigma}"])
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
 
 
