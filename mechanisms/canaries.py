@@ -4,7 +4,7 @@ A white-box ("Dirac") canary is a unit whose contribution is a fixed, public, ra
 parameter space, scaled to the mechanism's sensitivity: a canary *record* of DP-SGD is a record whose clipped
 gradient is ``C u_i`` at every step it is sampled in (Steinke, Nasr, Jagielski 2023, Sec. 6, white-box
 auditing); a canary *client* uploads the update ``c u_i`` (Andrew et al. 2024, Sec. 3). The directions are
-independent Gaussian vectors normalised to length 1, each drawn from ``(audit seed, canary id)``, so a silo and
+independent Gaussian vectors normalised to length 1, each drawn from the audit seed and the canary's id, so a silo and
 the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``.
 
 A silo hosts only the canaries the audit *included*; the excluded ones exist only in the auditor's scoring.
@@ -22,11 +22,14 @@ if TYPE_CHECKING:
     import torch
 
 
+DIRECTION_STREAM = 3  # directions come from (seed, 3, id); the plan's draws from (seed, 1), user sampling (seed, 2, ...)
+
+
 def canary_directions(seed: int, ids: np.ndarray, dimension: int) -> np.ndarray:
     """Unit directions ``u_i`` of the canaries ``ids``, shape ``(len(ids), dimension)``, float64."""
     rows = np.empty((len(ids), dimension))
     for row, canary in enumerate(np.asarray(ids, dtype=np.int64)):
-        vector = np.random.default_rng([int(seed), int(canary)]).standard_normal(dimension)
+        vector = np.random.default_rng([int(seed), DIRECTION_STREAM, int(canary)]).standard_normal(dimension)
         rows[row] = vector / np.linalg.norm(vector)
     return rows
 
@@ -54,7 +57,16 @@ class SiloCanaries:
         return self.features is not None
 
     def directions(self, dimension: int) -> np.ndarray:
-        return canary_directions(self.seed, self.ids, dimension)
+        """The hosted canaries' directions, ``(len(self), dimension)`` float32, computed once per silo (every round
+        and local step reuses them; a snapshot leaves them out and the silo draws them again)."""
+        cached = self.__dict__.get("_directions")
+        if cached is None or cached.shape[1] != dimension:
+            cached = canary_directions(self.seed, self.ids, dimension).astype(np.float32)
+            object.__setattr__(self, "_directions", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key != "_directions"}
 
     def sampled(self, round_index: int, rate: float) -> np.ndarray:
         """Which canaries take part in ``round_index`` under Poisson sampling at ``rate`` (a canary user's draw is
@@ -83,7 +95,7 @@ class CanaryGradients:
         if rates is None:
             raise TypeError("this silo hosts canary records but its training gives them no sampling rate")
         rates = np.broadcast_to(np.asarray(rates, dtype=np.float64), (len(canaries),))
-        return cls(torch.tensor(canaries.directions(dimension), dtype=torch.float32), torch.tensor(rates.copy()))
+        return cls(torch.from_numpy(canaries.directions(dimension)), torch.tensor(rates.copy()))
 
     def sampled_sum(self, *, scale: float, generator: "torch.Generator") -> "torch.Tensor":
         """``scale`` times the sum of the directions of the canaries drawn in this step, flat ``(d,)``."""

@@ -79,7 +79,8 @@ def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[s
         write_personalisation(result, directory)
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """``value``, or None where it is missing or not finite (JSON has no infinity or NaN)."""
     return None if value is None or not math.isfinite(value) else value
 
 
@@ -95,7 +96,7 @@ def summary(result: RunResult, *, invocation: Mapping[str, Any] | None = None) -
     return {
         "config": result.scenario.to_dict(),
         **extras,
-        "final": {key: _finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
+        "final": {key: finite_or_none(v) if isinstance(v, float) else v for key, v in result.final.items()},
         "privacy": _privacy(result),
         "randomness": _randomness(result.scenario),
         "timing": dict(result.timing),
@@ -196,7 +197,7 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     if isinstance(value, float):
-        return _finite_or_none(value)
+        return finite_or_none(value)
     return value
 
 

@@ -39,7 +39,7 @@ def test_input_canaries_are_appended_to_their_host_silos_records():
     from simulator.actors import _silo_records
     from simulator.silo import SiloSpec
 
-    scenario = validate_scenario(_audited({"name": "dp_sgd"}, canaries=50) | {"audit": {"canaries": 50, "kind": "input"}})
+    scenario = validate_scenario(_audited({"name": "dp_sgd", "sampling_rate": 0.1}, canaries=50) | {"audit": {"canaries": 50, "kind": "input"}})
     plan = CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10)
     features, labels = np.zeros((100, 64), dtype=np.float32), np.zeros(100, dtype=np.int64)
     hosted = plan.by_silo()[1]
@@ -47,6 +47,16 @@ def test_input_canaries_are_appended_to_their_host_silos_records():
     np.testing.assert_array_equal(records["features"][10:], plan.features[hosted.ids])
     np.testing.assert_array_equal(records["labels"][10:], plan.labels[hosted.ids])
     assert records["labels"].dtype == labels.dtype and len(records["labels"]) == 10 + len(hosted)
+
+
+def test_groups_too_small_to_bound_or_fit_report_none_instead_of_failing():
+    from simulator.audit.runner import _group
+
+    one_included = _group(np.array([0.3, 0.1, 0.2]), np.array([True, False, False]), budget=None, claim=1.0, delta=1e-5, confidence=0.95)
+    assert one_included.bound is not None and one_included.estimate is None
+    assert one_included.to_json()["estimate"] is None
+    single = _group(np.array([0.3]), np.array([True]), budget=5.0, claim=5.0, delta=1e-5, confidence=0.95)
+    assert single.bound is None and single.lower_bound == 0.0 and single.to_json()["empirical_epsilon_lower_bound"] == 0.0
 
 
 def test_canary_plan_follows_the_audit_seed_and_scores_directions():
@@ -90,7 +100,7 @@ def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
 
 
 def test_input_canary_audit_writes_a_bound_below_the_claim(ray_local):
-    scenario = _audited({"name": "dp_sgd", "noise_multiplier": 1.0}, canaries=200)
+    scenario = _audited({"name": "dp_sgd", "noise_multiplier": 1.0, "sampling_rate": 0.1}, canaries=200)
     scenario["audit"]["kind"] = "input"
     report = audit(scenario)
     assert report.to_json()["kind"] == "input" and "loss" in report.to_json()["score"]
@@ -111,9 +121,9 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
     budgets = {"distribution": "three_levels", "levels": [0.5, 2.0, 8.0], "ratios": [0.34, 0.33, 0.33]}
     report = audit(_audited({"name": "rpdp", "budgets": budgets}, canaries=600))
     assert [group.budget for group in report.groups] == [0.5, 2.0, 8.0]
-    assert sum(group.bound.canaries for group in report.groups) == 600
-    for group in report.groups:
-        assert group.bound.epsilon <= group.budget
+    assert sum(group.scores.size for group in report.groups) == 600
+    for group in report.groups:  # the three levels split the confidence, so the largest bound keeps 0.95
+        assert group.lower_bound <= group.budget and group.confidence == pytest.approx(1 - 0.05 / 3)
     levels = report.to_json()["levels"]
     assert [level["claimed_epsilon"] for level in levels] == [0.5, 2.0, 8.0]
 
@@ -127,6 +137,7 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
     ({"confidence": 1.0}, {"name": "dp_sgd"}, "audit.confidence"),
     ({"kind": "input"}, {"name": "none"}, "audit.kind"),
     ({}, {"name": "rpdp", "budgets": {"distribution": "bounded_pareto"}}, "mechanism.budgets"),
+    ({"kind": "input"}, {"name": "dp_sgd"}, "mechanism.sampling_rate"),
 ])
 def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, field):
     code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])

@@ -67,6 +67,8 @@ class PerUserSilo(_UldpSilo):
         super().__init__(context, params)
         self.variant = Variant(params.variant)
         self.private = params.weighting == "private"
+        if self.private and context.canaries is not None:
+            raise TypeError("an audit's canary users are weighted in the clear: the private weighting protocol takes none")
         if self.private:
             self._check_records_bound()
             self.weights = None
@@ -133,6 +135,11 @@ class PerUserSilo(_UldpSilo):
 
 class NaiveSilo(_UldpSilo):
     """ULDP-NAIVE (Algorithm 1): local SGD on the sampled users' records, delta clipped to C, noise sigma C sqrt|S|."""
+
+    def __init__(self, context: SiloContext, params: UldpParams) -> None:
+        super().__init__(context, params)
+        if context.canaries is not None:
+            raise TypeError("ULDP-NAIVE clips the silo's whole delta: it takes no canary users")
 
     def clipped_delta(self, start: np.ndarray, sampled: np.ndarray) -> np.ndarray:
         ctx = self.context

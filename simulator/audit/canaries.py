@@ -3,8 +3,9 @@
 Canary ``i`` of ``M`` is included with probability 1/2, independently, from the audit's own seed (Steinke, Nasr,
 Jagielski 2023, Alg. 1); canaries are dealt to silos round robin in a random order, and a silo hosts only its
 included ones (see :mod:`mechanisms.canaries` for what a hosted canary does). A canary *user* (ULDP) instead has
-records in 2 or more silos (1 to 3 records in each), and every silo holding its records hosts it with the weight
-the mechanism gives such a user there. The auditor's view is the **final
+records in 2 or more silos (every silo under ULDP-AVG, whose weight 1/|S| per silo would otherwise keep the user
+below the sensitivity C the claim allows; 1 to 3 records in each), and every silo holding its records hosts it
+with the weight the mechanism gives such a user there. The auditor's view is the **final
 global model** only: canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
 meaning "more likely included", or ``cos(theta_0 - theta_T, u_i)`` for a canary record, whose direction is a
 gradient that training descends. An input canary (an out-of-distribution record: standard Gaussian features,
@@ -56,7 +57,8 @@ class CanaryPlan:
         if scenario.mechanism.name == "rpdp":  # budgets drawn as the silos draw their records' budgets
             extra["budgets"] = scenario.mechanism.params.record_budgets(np.arange(count), rng)
         if audit_unit(scenario) == "user":
-            extra["user_weights"] = _canary_user_weights(scenario, _canary_user_records(count, silos, rng))
+            every_silo = scenario.mechanism.params.variant == "avg"  # AVG weighs 1/|S| per silo: span them all for C
+            extra["user_weights"] = _canary_user_weights(scenario, _canary_user_records(count, silos, rng, every_silo=every_silo))
         if scenario.audit.kind == "input":
             extra["features"] = rng.standard_normal((count, *feature_shape)).astype(np.float32)
             extra["labels"] = rng.integers(0, num_classes, size=count)
@@ -89,11 +91,13 @@ class CanaryPlan:
                                for block in np.array_split(ids, max(1, self.count // 64))])
 
 
-def _canary_user_records(count: int, silos: int, rng: np.random.Generator) -> np.ndarray:
-    """``(silos, count)`` records of each canary user per silo: 2 to all silos (one if there is one), 1-3 each."""
+def _canary_user_records(count: int, silos: int, rng: np.random.Generator, *, every_silo: bool) -> np.ndarray:
+    """``(silos, count)`` records of each canary user per silo, 1-3 in each silo it spans: every silo, or 2 to all
+    (one if there is one)."""
     records = np.zeros((silos, count), dtype=np.int64)
     for user in range(count):
-        spanned = rng.choice(silos, size=int(rng.integers(min(2, silos), silos + 1)), replace=False)
+        spans = silos if every_silo else int(rng.integers(min(2, silos), silos + 1))
+        spanned = rng.choice(silos, size=spans, replace=False)
         records[spanned, user] = rng.integers(1, 4, size=spanned.size)
     return records
 

@@ -42,6 +42,9 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         raise ScenarioError("audit.unit", unit, f"'{name}' protects {protected}; audit unit allowed: {', '.join(units)}")
     if audit.kind == "input" and (name not in INPUT_CANARY_MECHANISMS or unit != "record"):
         raise ScenarioError("audit.kind", "input", f"input canaries are records of {', '.join(INPUT_CANARY_MECHANISMS)}; use gradient")
+    if audit.kind == "input" and scenario.mechanism.params.sampling_rate is None:
+        raise ScenarioError("mechanism.sampling_rate", None, "input canaries join the silos' records: set a fixed rate, "
+                            "else q = batch_size / records would change with the canaries included")
     if name == "rpdp":
         _check_rpdp(scenario)
     if name == "uldp":

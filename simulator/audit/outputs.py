@@ -35,8 +35,8 @@ def plot_audit(report: AuditReport, path: Path) -> None:
         hist.hist(group.scores[~group.included], bins=bins, alpha=0.6, label=f"excluded ({int((~group.included).sum())})")
         hist.set(xlabel="score (cosine with the canary's direction)", ylabel="canaries", title=f"{title}canary scores")
         hist.legend()
-        guesses = [k for k, _, _ in group.bound.candidates]
-        bound.plot(guesses, [e for _, _, e in group.bound.candidates], marker="o", label=f"lower bound ({report.scenario.audit.confidence:g})")
+        candidates = () if group.bound is None else group.bound.candidates
+        bound.plot([k for k, _, _ in candidates], [e for _, _, e in candidates], marker="o", label=f"lower bound ({group.confidence:.4g})")
         if group.claimed_epsilon is not None:
             bound.axhline(group.claimed_epsilon, color="tab:red", linestyle="--", label=f"claimed {group.claimed_epsilon:.3g}")
         bound.set(xscale="log", xlabel="guesses", ylabel="epsilon", title=f"{title}empirical lower bound (delta = {report.delta:g})")

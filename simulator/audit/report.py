@@ -1,13 +1,13 @@
 """What an audit found: per group of canaries the bound and the estimate, and the claims they are set against."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from simulator.audit.bounds import AuditBound, GaussianEstimate
+from simulator.reports import finite_or_none
 from simulator.results import RunResult
 from simulator.scenario import Scenario
 
@@ -20,29 +20,41 @@ SCORES = {
 
 @dataclass(frozen=True)
 class AuditGroup:
-    """One set of canaries audited together: all of them, or (rPDP) those of one budget."""
+    """One set of canaries audited together: all of them, or (rPDP) those of one budget, tested at ``confidence``
+    (with several groups, the audit's confidence split between them). A group of fewer than two canaries has no
+    bound, and one whose included or excluded scores cannot be fitted (fewer than two, or all equal) no estimate."""
 
     budget: float | None
     claimed_epsilon: float | None
-    bound: AuditBound
-    estimate: GaussianEstimate
+    confidence: float
+    bound: AuditBound | None
+    estimate: GaussianEstimate | None
     scores: np.ndarray
     included: np.ndarray
 
+    @property
+    def lower_bound(self) -> float:
+        """The group's bound (0, the trivial one, where it has too few canaries for any)."""
+        return 0.0 if self.bound is None else self.bound.epsilon
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        bound, estimate = self.bound, self.estimate
+        report = {
             **({} if self.budget is None else {"budget": self.budget}),
             "claimed_epsilon": self.claimed_epsilon,
-            "empirical_epsilon_lower_bound": self.bound.epsilon,
-            "estimate": _finite_or_none(self.estimate.epsilon),
-            "canaries": self.bound.canaries,
+            "empirical_epsilon_lower_bound": self.lower_bound,
+            "confidence": self.confidence,
+            "estimate": None if estimate is None else finite_or_none(estimate.epsilon),
+            "canaries": int(self.scores.size),
             "included": int(self.included.sum()),
-            "guesses": self.bound.guesses,
-            "correct": self.bound.correct,
-            "guess_counts_tried": [{"guesses": k, "correct": v, "epsilon": e} for k, v, e in self.bound.candidates],
-            "estimate_fit": {"mean_included": self.estimate.mu_observed, "std_included": self.estimate.std_observed,
-                             "mean_excluded": self.estimate.mu_unobserved, "std_excluded": self.estimate.std_unobserved},
         }
+        if bound is not None:
+            report.update(guesses=bound.guesses, correct=bound.correct, per_guess_count_confidence=bound.per_test_confidence,
+                          guess_counts_tried=[{"guesses": k, "correct": v, "epsilon": e} for k, v, e in bound.candidates])
+        if estimate is not None:
+            report["estimate_fit"] = {"mean_included": estimate.mu_observed, "std_included": estimate.std_observed,
+                                      "mean_excluded": estimate.mu_unobserved, "std_excluded": estimate.std_unobserved}
+        return report
 
 
 @dataclass(frozen=True)
@@ -59,26 +71,28 @@ class AuditReport:
 
     @property
     def lower_bound(self) -> float:
-        return max(group.bound.epsilon for group in self.groups)
+        """The largest of the groups' bounds: valid at the audit's confidence, which the groups split (Bonferroni)."""
+        return max(group.lower_bound for group in self.groups)
 
     def to_json(self) -> dict[str, Any]:
         audit = self.scenario.audit
-        headline = max(self.groups, key=lambda group: group.bound.epsilon)
+        headline = max(self.groups, key=lambda group: group.lower_bound)
         report = {
             "empirical_epsilon_lower_bound": self.lower_bound,
             "confidence": audit.confidence,
-            "estimate": _finite_or_none(headline.estimate.epsilon),
+            "estimate": headline.to_json()["estimate"],
             "estimate_note": "Andrew et al. 2024's Gaussian fit: an estimate, not a bound",
             **self.claims,
             "delta": self.delta,
             "canaries": audit.canaries,
-            "guesses": headline.bound.guesses,
-            "correct": headline.bound.correct,
+            "guesses": None if headline.bound is None else headline.bound.guesses,
+            "correct": None if headline.bound is None else headline.bound.correct,
             "unit": self.unit,
             "kind": audit.kind,
             "view": VIEW,
             "score": SCORES[audit.kind],
-            "guess_counts": "Bonferroni over a grid fixed before scoring: each count tested at level (1 - confidence) / count of the grid",
+            "guess_counts": "a grid fixed before scoring (from M only); each count tested at level (1 - confidence) / "
+                            "(grid size x groups), Bonferroni, and the largest bound reported",
             "seed": self.seed,
         }
         if len(self.groups) > 1 or self.groups[0].budget is not None:
@@ -92,9 +106,5 @@ class AuditReport:
         claimed = "no claim" if claim is None else f"claimed epsilon {claim:.4g}"
         line = (f"audit ({self.unit} canaries, {self.scenario.audit.kind}): epsilon >= {self.lower_bound:.3g} at "
                 f"{self.scenario.audit.confidence:g} confidence, delta = {self.delta:g} ({claimed})")
-        levels = [f"budget {g.budget:g}: >= {g.bound.epsilon:.3g}" for g in self.groups if g.budget is not None]
+        levels = [f"budget {g.budget:g}: >= {g.lower_bound:.3g}" for g in self.groups if g.budget is not None]
         return line + ("; " + ", ".join(levels) if levels else "")
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

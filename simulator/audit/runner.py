@@ -70,17 +70,22 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
             claims[f"claimed_{key}"] = privacy[key]
     if plan.budgets is None:
         groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence),)
-    else:
+    else:  # one bound per level; the levels split the confidence, so that their largest bound keeps it
+        levels = np.unique(plan.budgets)
+        split = 1.0 - (1.0 - confidence) / levels.size
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
-                              delta=delta, confidence=confidence) for b in np.unique(plan.budgets))
+                              delta=delta, confidence=split) for b in levels)
     return AuditReport(scenario=scenario, unit=unit, seed=plan.seed, delta=delta, claims=claims, groups=groups, result=result)
 
 
 def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, delta: float,
            confidence: float) -> AuditGroup:
-    bound = one_run_audit(scores, included, delta=delta, confidence=confidence)
-    estimate = gaussian_fit_estimate(scores[included], scores[~included], delta)
-    return AuditGroup(budget=budget, claimed_epsilon=claim, bound=bound, estimate=estimate, scores=scores, included=included)
+    bound = one_run_audit(scores, included, delta=delta, confidence=confidence) if scores.size >= 2 else None
+    observed, unobserved = scores[included], scores[~included]
+    fits = min(observed.size, unobserved.size) >= 2 and np.ptp(observed) > 0 and np.ptp(unobserved) > 0
+    estimate = gaussian_fit_estimate(observed, unobserved, delta) if fits else None
+    return AuditGroup(budget=budget, claimed_epsilon=claim, confidence=confidence, bound=bound, estimate=estimate,
+                      scores=scores, included=included)
 
 
 def _scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
