@@ -14,6 +14,8 @@ SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
     "none": ("client",),
     "dp_sgd": ("record",),
     "rpdp": ("record",),
+    "pldp": ("client",),
+    "dprivacy": ("client",),
 }
 INPUT_CANARY_MECHANISMS = ("dp_sgd",)
 MAX_CANARY_CLIENTS_PER_SILO = 1000

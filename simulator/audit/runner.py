@@ -17,6 +17,7 @@ import numpy as np
 
 from simulator.audit.bounds import AuditBound, GaussianEstimate, gaussian_fit_estimate, one_run_audit
 from simulator.audit.canaries import CanaryPlan
+from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit
 from simulator.results import RunResult
 from simulator.scenario import Scenario, resolve_scenario, validate_scenario
@@ -24,7 +25,8 @@ from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 # The delta of the bound for a mechanism that reports none (`none`): the default delta of the DP mechanisms.
 DELTA_WITHOUT_GUARANTEE = 1e-5
 VIEW = "final model"
-SCORE = "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the canary's direction"
+SCORE = ("cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the "
+         "canary's direction; the largest over the hypotheses where the mechanism keeps several")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class AuditReport:
     scenario: Scenario
     unit: str
     delta: float
-    claims: Mapping[str, float | None]
+    claims: Mapping[str, float | str | None]
     groups: tuple[AuditGroup, ...]
     result: RunResult
 
@@ -139,7 +141,9 @@ def audit(
 def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult) -> AuditReport:
     unit = audit_unit(scenario)
     # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
-    scores = plan.scores(_model_change(scenario, result) * (-1.0 if unit == "record" else 1.0))
+    # several hypotheses (IFCA): a canary's score is its largest over them, a function of the final models only
+    sign = -1.0 if unit == "record" else 1.0
+    scores = np.max([plan.scores(change * sign) for change in _model_changes(scenario, result)], axis=0)
     privacy = result.privacy
     delta = privacy.get("delta") or DELTA_WITHOUT_GUARANTEE
     confidence = scenario.audit.confidence
@@ -147,6 +151,7 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult) -> AuditRep
     for key in ("epsilon_rdp", "epsilon_pld"):
         if key in privacy:
             claims[f"claimed_{key}"] = privacy[key]
+    claims.update(client_claims(scenario.mechanism.name, privacy, hosts=np.unique(plan.hosts[plan.included])))
     if plan.budgets is None:
         groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence),)
     else:
@@ -162,8 +167,9 @@ def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, cl
     return AuditGroup(budget=budget, claimed_epsilon=claim, bound=bound, estimate=estimate, scores=scores, included=included)
 
 
-def _model_change(scenario: Scenario, result: RunResult) -> np.ndarray:
-    """``theta_T - theta_0`` of the (first) global model, as a flat vector in ``model_to_vector`` order."""
+def _model_changes(scenario: Scenario, result: RunResult) -> tuple[np.ndarray, ...]:
+    """``theta_T - theta_0`` of each hypothesis of the global state (one for most mechanisms; a personalised
+    run's final hypotheses are ``personalisation.state_dicts``), flat vectors in ``model_to_vector`` order."""
     from mechanisms.base import model_to_vector
     from simulator.data.silos import run_seeds
     from simulator.data.sources import scenario_dataset
@@ -171,10 +177,14 @@ def _model_change(scenario: Scenario, result: RunResult) -> np.ndarray:
     from simulator.models import build_scenario_model
 
     dataset = scenario_dataset(scenario.data, seed=scenario.seed)
-    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0]
+    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])
+    finals = [result.model_state] if result.personalisation is None else result.personalisation["state_dicts"]
     model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    model.load_state_dict(dict(result.model_state))
-    return model_to_vector(model) - initial
+    changes = []
+    for state, start in zip(finals, initial, strict=True):
+        model.load_state_dict(dict(state))
+        changes.append(model_to_vector(model) - start)
+    return tuple(changes)
 
 
 def _finite_or_none(value: float) -> float | None:
