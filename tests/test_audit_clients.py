@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mechanisms.base import LocalTraining, SiloContext, model_to_vector
-from mechanisms.canaries import SiloCanaries, canary_directions
+from mechanisms.canaries import SiloCanaries
 from mechanisms.dprivacy.ifca import IfcaServer
 from mechanisms.dprivacy.params import DPrivacyParams
 from mechanisms.dprivacy.sanitize import sanitize_update
@@ -42,7 +42,7 @@ def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(pe
     context = _context(CANARIES)
     start = model_to_vector(context.model)
     silo = Pldp(params).silo(context)
-    directions = canary_directions(11, np.array([3, 8]), start.size)
+    directions = CANARIES.directions(start.size)
     vertices = 0.05 + 0.4 * np.sign(directions)
     assert np.array_equal(np.array(silo.canary_inputs), vertices)
     # exact: each canary's upload is the host's PDPM of its vertex, the two drawn in turn from one generator
@@ -72,7 +72,7 @@ def test_a_dprivacy_canary_client_is_the_sanitized_update_at_the_clip_radius_alo
     delta = np.full(start.size, 0.01)
     got = silo.canary_uploads(start, delta, rng=np.random.default_rng(5), hypothesis_spread=0.0)
     rng = np.random.default_rng(5)
-    directions = canary_directions(11, np.array([3, 8]), start.size)
+    directions = CANARIES.directions(start.size)
     expected = [sanitize_update(start, 0.5 * u, params=params, rng=rng, hypothesis_spread=0.0)[0] for u in directions]
     assert np.array_equal(np.array(got), np.array(expected))
     noise = np.array(got) - start - 0.5 * directions
