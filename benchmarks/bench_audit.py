@@ -21,6 +21,8 @@ from simulator.engine import run
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MNIST_SHORT = ["federation.rounds=3", "audit.canaries=1000"]
 SETTINGS: dict[str, tuple[str, list[str]]] = {
+    **{f"dp_sgd_digits_s{sigma}": ("audits/dp_sgd_digits.yaml", [f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
+       for sigma in ("0.3", "1.0", "3.0")},
     **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),

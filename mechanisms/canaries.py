@@ -103,3 +103,11 @@ class CanaryGradients:
 
         drawn = torch.rand(self.rates.shape[0], generator=generator, dtype=torch.float64) < self.rates
         return self.directions[drawn].sum(dim=0) * scale
+
+
+def with_canary_clients(vector: np.ndarray, uploads: np.ndarray, *, weight: float) -> np.ndarray:
+    """A FedAvg contribution ``[weight * delta, weight]`` plus ``[weight * upload_c, weight]`` for each canary
+    client c, one upload per row of ``uploads`` (k, d): each canary client counts as one more client of the
+    silo's weight in the server's weighted mean (Andrew et al. 2024, Sec. 3)."""
+    uploads = np.asarray(uploads, dtype=np.float64)
+    return vector + np.concatenate([weight * uploads.sum(axis=0), [weight * uploads.shape[0]]])

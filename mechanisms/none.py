@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mechanisms.base import GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
+from mechanisms.canaries import with_canary_clients
 from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
 
 
@@ -24,10 +25,8 @@ class FedAvgSilo(SiloMechanism):
         weight = float(self.context.labels.shape[0])
         vector = weighted_delta_vector(delta, weight)
         canaries = self.context.canaries
-        if canaries is not None and len(canaries):
-            # each canary client c adds [weight * |delta| u_c, weight] to the silo's [weight * delta, weight]
-            summed = canaries.directions(delta.size).sum(axis=0) * np.linalg.norm(delta)
-            vector = vector + np.concatenate([weight * summed, [weight * len(canaries)]])
+        if canaries is not None and len(canaries):  # canary client c uploads |delta| u_c with the silo's weight
+            vector = with_canary_clients(vector, canaries.directions(delta.size) * np.linalg.norm(delta), weight=weight)
         return SiloContribution(vector=vector, metrics={"train_loss": mean_loss})
 
 

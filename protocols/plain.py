@@ -72,6 +72,9 @@ class PlainSumServer(ServerProtocol):
     ) -> np.ndarray:
         """Return the float64 sum of the participants' ``PlainVector`` messages (nothing to unmask)."""
         vectors = self.vectors(messages, round_index=round_index, participants=participants)
+        lengths = {vector.shape for vector in vectors}
+        if len(lengths) != 1:
+            raise ProtocolStateError(f"round {round_index}: participants sent vectors of shapes {sorted(lengths)}")
         total = np.zeros_like(vectors[0])
         for vector in vectors:
             total += vector
@@ -81,11 +84,9 @@ class PlainSumServer(ServerProtocol):
         self, messages: Mapping[int, object], *, round_index: int, participants: tuple[int, ...]
     ) -> tuple[np.ndarray, ...]:
         """Every participant's vector, in ``participants`` order (plain summation hides none of them); for
-        mechanisms that need individual contributions."""
+        mechanisms that need individual contributions, whose lengths may differ (e.g. a silo that sends its
+        audit canary clients' uploads after its own)."""
         messages = collect_round_messages(
             messages, message_type=PlainVector, round_index=round_index, participants=participants
         )
-        lengths = {message.values.shape for message in messages}
-        if len(lengths) != 1:
-            raise ProtocolStateError(f"round {round_index}: participants sent vectors of shapes {sorted(lengths)}")
         return tuple(message.values for message in messages)

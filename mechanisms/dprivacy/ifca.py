@@ -61,7 +61,10 @@ class IfcaServer(ServerMechanism):
         raise TypeError("IFCA clusters the individual uploads; the server must call aggregate_individual")
 
     def aggregate_individual(self, state: GlobalState, contributions: Sequence[np.ndarray]) -> GlobalState:
+        """Each contribution holds one client's upload, or (a silo with an audit's canary clients) several end to
+        end, each clustered as one client."""
         if not contributions:
             return state
-        _, centres = kmeans(np.stack(contributions), initial_centres=np.stack(state))
+        uploads = np.concatenate([np.reshape(c, (-1, state[0].size)) for c in contributions])
+        _, centres = kmeans(uploads, initial_centres=np.stack(state))
         return tuple(centres)

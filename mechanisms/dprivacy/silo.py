@@ -1,4 +1,13 @@
-"""The client side of Galli et al.'s Algorithm 1: pick the best hypothesis, train it, sanitize the parameters."""
+"""The client side of Galli et al.'s Algorithm 1: pick the best hypothesis, train it, sanitize the parameters.
+
+In an audit (client level) a silo also carries the audit's canary clients (Andrew et al. 2024, Sec. 3): canary c
+starts from the hypothesis its host picked, takes the update ``r u_c`` along its direction, with r the public
+radius R under ``clipped`` (the clip bound: the largest update the guarantee covers) and the host's own update
+norm ||delta|| under ``paper`` (the scale a client of this silo has), and uploads it sanitized as a client does
+(Algorithm 2, ``sanitize_update``), with fresh noise from the round's generator after the silo's own upload.
+The silo sends its upload and its canaries' uploads end to end; the server clusters each of them as one client
+(``mechanisms.dprivacy.ifca``). Canary clients report no privacy events.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +21,7 @@ from mechanisms.base import (
     numpy_generator,
     prediction_loss,
 )
-from mechanisms.dprivacy.params import DPrivacyParams
+from mechanisms.dprivacy.params import Calibration, DPrivacyParams
 from mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
 from mechanisms.fedavg import local_sgd
 
@@ -29,16 +38,29 @@ class DPrivacySilo(SiloMechanism):
             raise ValueError(f"client {context.silo_id} holds no records")
         self.context = context
         self.params = params
+        dimension = sum(p.numel() for p in context.model.parameters())
+        canaries = context.canaries
+        self.canary_directions = () if canaries is None else canaries.directions(dimension)
 
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         ctx = self.context
         choice = best_hypothesis(ctx, state)
         start = np.asarray(state[choice], dtype=np.float64)
         delta, _ = local_sgd(ctx, start, epochs=self.params.local_epochs)
-        upload, event = sanitize_update(
-            start, delta, params=self.params, rng=numpy_generator(ctx.generator, words=NOISE_SEED_WORDS), hypothesis_spread=hypothesis_spread(state)
-        )
+        rng, spread = numpy_generator(ctx.generator, words=NOISE_SEED_WORDS), hypothesis_spread(state)
+        upload, event = sanitize_update(start, delta, params=self.params, rng=rng, hypothesis_spread=spread)
+        if len(self.canary_directions):
+            upload = np.concatenate([upload, *self.canary_uploads(start, delta, rng=rng, hypothesis_spread=spread)])
         return SiloContribution(vector=upload, events=(event,))
+
+    def canary_uploads(self, start: np.ndarray, delta: np.ndarray, *, rng: np.random.Generator,
+                       hypothesis_spread: float) -> list[np.ndarray]:
+        """One sanitized upload per hosted canary client, ``start + r u_c + noise`` (see the module docstring),
+        each with fresh noise from ``rng``; the host's own update ``delta`` sets r under ``paper``."""
+        paper = self.params.calibration is Calibration.PAPER
+        length = float(np.linalg.norm(delta)) if paper else float(self.params.radius)
+        return [sanitize_update(start, length * u, params=self.params, rng=rng, hypothesis_spread=hypothesis_spread)[0]
+                for u in self.canary_directions]
 
 
 def best_hypothesis(context: SiloContext, state: GlobalState) -> int:

@@ -13,11 +13,23 @@ the global model (the same average, as a delta), so any protocol, including secu
 Neighbouring relation: any two inputs of one client in its safe range, i.e. any two local datasets (client-level
 local DP, against the server and anyone who sees an upload). Accounting: :mod:`mechanisms.pldp.accountant`.
 The local training loss is not released.
+
+In an audit (client level) a silo also carries the audit's canary clients (Andrew et al. 2024, Sec. 3). Canary
+client c is a PLDP-FL client with its host's settings (range, centre, eps_i, coordinates) that runs Algorithm 1's
+client step (perturb with PDPM, upload) without training. Its input is the vertex c_i + (L_i/2) sign(u_c) of
+the host's safe range (``ClientPerturbation.extreme_input``: the input with the largest component along u_c,
+every coordinate at an end of the range), as its update (``perturb: update``) or its weights (``perturb:
+weights``, uploaded minus the global model as the silo's own upload is). It is perturbed with PDPM afresh in
+every round, from the round's generator after the silo's own upload (so the silo's own draws do not depend on
+the canaries), and counts as one more client of weight ``CLIENT_WEIGHT`` in the mean. Canary clients report no
+privacy events: the accountant accounts the real clients only.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from mechanisms.base import (
     GlobalState,
@@ -30,6 +42,7 @@ from mechanisms.base import (
     model_to_vector,
     numpy_generator,
 )
+from mechanisms.canaries import with_canary_clients
 from mechanisms.events import LocalDpPlan, LocalDpUpload
 from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
 from mechanisms.pldp.params import PldpParams
@@ -50,6 +63,9 @@ class PldpSilo(SiloMechanism):
             epsilon_per_coordinate=self.perturbation.epsilon_per_coordinate,
             coordinates=self.perturbation.perturbed_per_upload(dimension),
         )
+        canaries = context.canaries
+        directions = () if canaries is None else canaries.directions(dimension)
+        self.canary_inputs = [self.perturbation.extreme_input(direction) for direction in directions]
 
     def setup_events(self) -> tuple[LocalDpPlan, ...]:
         return (self.plan,)
@@ -63,7 +79,16 @@ class PldpSilo(SiloMechanism):
         else:
             upload = self.perturbation.perturb(model_to_vector(self.context.model), rng=rng) - start
         event = LocalDpUpload(epsilon_per_coordinate=self.plan.epsilon_per_coordinate, coordinates=self.plan.coordinates)
-        return SiloContribution(vector=weighted_delta_vector(upload, CLIENT_WEIGHT), events=(event,))
+        vector = weighted_delta_vector(upload, CLIENT_WEIGHT)
+        if self.canary_inputs:
+            vector = with_canary_clients(vector, self.canary_uploads(start, rng=rng), weight=CLIENT_WEIGHT)
+        return SiloContribution(vector=vector, events=(event,))
+
+    def canary_uploads(self, start: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """One upload per hosted canary client (rows): PDPM of its input with fresh draws from ``rng``, as a
+        delta from the global model ``start`` like the silo's own upload."""
+        released = np.array([self.perturbation.perturb(values, rng=rng) for values in self.canary_inputs])
+        return released if self.perturb_update else released - start
 
 
 class Pldp(Mechanism):

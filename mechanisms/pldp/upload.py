@@ -54,6 +54,14 @@ class ClientPerturbation:
         """The LDP budget of one whole upload of d coordinates: d * eps, or eps (basic composition)."""
         return self.perturbed_per_upload(dimension) * self.epsilon_per_coordinate
 
+    def extreme_input(self, direction: np.ndarray) -> np.ndarray:
+        """The input in the safe range with the largest component along ``direction``: the vertex
+        ``c + (L/2) sign(u)`` of the box [c - L/2, c + L/2]^d, which maximises ``<x, u>`` over it. Every coordinate
+        sits at an end of the range, where PDPM's output probabilities differ most (the case in which basic
+        composition over the coordinates is attained): an audit's strongest canary input (Andrew et al. 2024,
+        Sec. 3, canary updates along a random direction, here kept inside the range PLDP-FL's guarantee covers)."""
+        return self.center + (self.length / 2.0) * np.sign(np.asarray(direction, dtype=np.float64))
+
     def perturb(self, values: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         """The perturbed upload of the flat vector ``values`` (all draws from ``rng``).
 

@@ -16,6 +16,8 @@ SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
     "dp_sgd": ("record",),
     "rpdp": ("record",),
     "uldp": ("user",),
+    "pldp": ("client",),
+    "dprivacy": ("client",),
 }
 ULDP_AUDITED_VARIANTS = ("avg", "avg_w", "sgd")
 INPUT_CANARY_MECHANISMS = ("dp_sgd",)

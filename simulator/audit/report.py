@@ -13,7 +13,8 @@ from simulator.scenario import Scenario
 
 VIEW = "final model"
 SCORES = {
-    "gradient": "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the canary's direction",
+    "gradient": "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the "
+                "canary's direction; the largest over the hypotheses where the mechanism keeps several",
     "input": "minus the final model's loss on the canary (a random Gaussian input with a random label)",
 }
 
@@ -65,7 +66,7 @@ class AuditReport:
     unit: str
     seed: int
     delta: float
-    claims: Mapping[str, float | None]
+    claims: Mapping[str, float | str | None]
     groups: tuple[AuditGroup, ...]
     result: RunResult
 

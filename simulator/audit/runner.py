@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator.audit.bounds import gaussian_fit_estimate, one_run_audit
 from simulator.audit.canaries import CanaryPlan
+from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.data import Dataset
@@ -68,6 +69,7 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
     for key in ("epsilon_rdp", "epsilon_pld"):
         if key in privacy:
             claims[f"claimed_{key}"] = privacy[key]
+    claims.update(client_claims(scenario.mechanism.name, privacy, hosts=np.unique(plan.hosts[plan.included])))
     if plan.budgets is None:
         groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence),)
     else:  # one bound per level; the levels split the confidence, so that their largest bound keeps it
@@ -89,23 +91,37 @@ def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, cl
 
 
 def _scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
-    """Every canary's score from the final model (higher: more likely included; see :mod:`simulator.audit.canaries`)."""
+    """Every canary's score from the final model(s) (higher: more likely included; see :mod:`simulator.audit.canaries`):
+    with several hypotheses (IFCA) a canary's largest over them, a function of the final models only."""
     import torch
 
-    from mechanisms.base import model_to_vector
-    from simulator.data.silos import run_seeds
-    from simulator.engine import _initial_state
-    from simulator.models import build_scenario_model
-
-    model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    model.load_state_dict(dict(result.model_state))
+    models = _final_models(scenario, result, dataset)
     if scenario.audit.kind == "input":
+        (model,) = models
         model.eval()
         with torch.no_grad():
             logits = model(torch.as_tensor(plan.features, dtype=torch.as_tensor(dataset.x_train[:1]).dtype))
             loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(plan.labels), reduction="none")
         return -loss.double().numpy()
-    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0]
+    from mechanisms.base import model_to_vector
+    from simulator.data.silos import run_seeds
+    from simulator.engine import _initial_state
+
+    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])
     # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
     sign = -1.0 if audit_unit(scenario) == "record" else 1.0
-    return plan.scores(sign * (model_to_vector(model) - initial))
+    return np.max([plan.scores(sign * (model_to_vector(model) - start)) for model, start in zip(models, initial, strict=True)], axis=0)
+
+
+def _final_models(scenario: Scenario, result: RunResult, dataset: Dataset) -> list[Any]:
+    """The final global model of each hypothesis (one for most mechanisms; a personalised run's are
+    ``personalisation.state_dicts``)."""
+    from simulator.models import build_scenario_model
+
+    finals = [result.model_state] if result.personalisation is None else result.personalisation["state_dicts"]
+    models = []
+    for state in finals:
+        model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+        model.load_state_dict(dict(state))
+        models.append(model)
+    return models
