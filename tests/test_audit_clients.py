@@ -72,7 +72,7 @@ def test_a_dprivacy_canary_client_is_the_sanitized_update_at_the_clip_radius_alo
     delta = np.full(start.size, 0.01)
     got = silo.canary_uploads(start, delta, rng=np.random.default_rng(5), hypothesis_spread=0.0)
     rng = np.random.default_rng(5)
-    directions = CANARIES.directions(start.size)
+    directions = CANARIES.directions(start.size).astype(np.float64)
     expected = [sanitize_update(start, 0.5 * u, params=params, rng=rng, hypothesis_spread=0.0)[0] for u in directions]
     assert np.array_equal(np.array(got), np.array(expected))
     noise = np.array(got) - start - 0.5 * directions

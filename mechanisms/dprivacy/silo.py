@@ -40,7 +40,7 @@ class DPrivacySilo(SiloMechanism):
         self.params = params
         dimension = sum(p.numel() for p in context.model.parameters())
         canaries = context.canaries
-        self.canary_directions = () if canaries is None else canaries.directions(dimension)
+        self.canary_directions = () if canaries is None else canaries.directions(dimension).astype(np.float64)
 
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
         ctx = self.context
