@@ -27,6 +27,10 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
     "uldp_mnist_avg_w": ("uldp/mnist.yaml", [*MNIST_SHORT, "data.users.count=1000", "mechanism.accountant=pld"]),
+    "pldp_mnist_eps2": ("pldp/mnist.yaml", ["data.silos=10", "federation.rounds=3"]),
+    "dprivacy_rotated_mnist_clipped": ("dprivacy/rotated_mnist.yaml", []),
+    "dprivacy_rotated_mnist_paper": ("dprivacy/rotated_mnist.yaml", ["mechanism.calibration=paper", "mechanism.radius=null"]),
+    "none_quickstart": ("quickstart.yaml", ["model.name=mlp_128"]),
 }
 
 
@@ -46,6 +50,8 @@ def one_setting(name: str, repeats: int) -> dict[str, object]:
         "setting": name,
         "claimed (RDP)": summary.get("claimed_epsilon_rdp", summary["claimed_epsilon"]),
         "claimed (PLD)": summary.get("claimed_epsilon_pld"),
+        "other claims": {key: value for key, value in summary.items() if key.startswith("claimed_") and "rdp" not in key
+                         and "pld" not in key and key != "claimed_epsilon"},
         "lower bound": summary["empirical_epsilon_lower_bound"],
         "estimate": summary["estimate"],
         "levels": [(level["budget"], level["empirical_epsilon_lower_bound"], level["estimate"]) for level in summary.get("levels", [])],
