@@ -4,7 +4,9 @@ run of the same scenario (runs alternating, in one local Ray session, so both re
 
 Each setting is a shipped scenario with ``--set``-style overrides (see ``SETTINGS``; ``--only NAME`` picks some).
 The cost is the median over ``--repeats`` of the audit's wall time (``simulator.audit.runner.audit``: the run with
-canaries plus scoring) divided by the plain run's (``simulator.engine.run``).
+canaries plus scoring) divided by the plain run's (``simulator.engine.run``); "rounds cost" compares the round loops
+alone (``timing.rounds_seconds`` of the last repeat), free of start-up (the first run of an actor shape starts the
+actors) and of the audit's data loading and scoring.
 
     PYTHONPATH=. python benchmarks/bench_audit.py [--repeats 1] [--only dp_sgd_mnist_s1 ...]
 """
@@ -58,6 +60,7 @@ def one_setting(name: str, repeats: int) -> dict[str, object]:
         "accuracy (audit)": report.result.rounds[-1].report.accuracy,
         "accuracy (plain)": plain.rounds[-1].report.accuracy,
         "cost": median([a / p for a, p in zip(audit_seconds, plain_seconds)]),
+        "rounds cost": report.result.timing["rounds_seconds"] / plain.timing["rounds_seconds"],
         "plain seconds": median(plain_seconds),
     }
 
