@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from mechanisms.base import LocalTraining, SiloContext, model_to_vector
+from mechanisms.base import model_to_vector
 from mechanisms.canaries import SiloCanaries
 from mechanisms.dprivacy.ifca import IfcaServer
 from mechanisms.dprivacy.params import DPrivacyParams
@@ -19,27 +18,16 @@ from mechanisms.pldp.sampler import pdpm_outputs
 from protocols.base import ProtocolStateError
 from protocols.plain import PlainSumServer, PlainSumSilo
 from simulator.models import build_model
-from tests.conftest import small_scenario
+from tests.conftest import small_scenario, tiny_silo_context
 
 CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11)
-
-
-def _context(canaries: SiloCanaries | None) -> SiloContext:
-    rng = np.random.default_rng(0)
-    features = torch.tensor(rng.normal(size=(40, 1, 8, 8)), dtype=torch.float32)
-    labels = torch.tensor(rng.integers(0, 10, size=40))
-    torch.manual_seed(0)
-    model = build_model("logistic_regression", feature_shape=(1, 8, 8), num_classes=10)
-    training = LocalTraining(local_steps=3, batch_size=8, lr=0.1, rounds=2, client_rate=1.0)
-    return SiloContext(silo_id=1, record_ids=np.arange(40), features=features, labels=labels, model=model, training=training,
-                       generator=torch.Generator().manual_seed(9), device=torch.device("cpu"), canaries=canaries)
 
 
 @pytest.mark.parametrize("perturb", ["update", "weights"])
 def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(perturb):
     params = PldpParams(perturb=perturb, ranges=[0.4, 0.8, 1.2], budgets="eps3", centers=[0.0, 0.05, 0.0])
     host = params.client(1)
-    context = _context(CANARIES)
+    context = tiny_silo_context(canaries=CANARIES)
     start = model_to_vector(context.model)
     silo = Pldp(params).silo(context)
     directions = CANARIES.directions(start.size).astype(np.float64)
@@ -54,7 +42,7 @@ def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(pe
     # in a round: the silo's own upload and event are those of a silo without canaries, and each canary adds one
     # client of weight 1 whose released values are PDPM outputs of the host's settings
     with_canaries = silo.contribute((start,), round_index=0)
-    without = Pldp(params).silo(_context(None)).contribute((start,), round_index=0)
+    without = Pldp(params).silo(tiny_silo_context()).contribute((start,), round_index=0)
     assert with_canaries.events == without.events
     added = with_canaries.vector - without.vector
     assert added[-1] == 2.0
@@ -66,7 +54,7 @@ def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(pe
 
 def test_a_dprivacy_canary_client_is_the_sanitized_update_at_the_clip_radius_along_its_direction():
     params = DPrivacyParams(hypotheses=1, nu=3.0, radius=0.5)
-    context = _context(CANARIES)
+    context = tiny_silo_context(canaries=CANARIES)
     start = model_to_vector(context.model)
     silo = DPrivacySilo(context, params)
     delta = np.full(start.size, 0.01)
@@ -78,7 +66,7 @@ def test_a_dprivacy_canary_client_is_the_sanitized_update_at_the_clip_radius_alo
     noise = np.array(got) - start - 0.5 * directions
     assert (np.linalg.norm(noise, axis=1) > 0.5).all()  # Euclidean Laplace of mean norm nu R = 1.5, fresh per canary
     assert not np.allclose(noise[0], noise[1])
-    paper = DPrivacySilo(_context(CANARIES), DPrivacyParams(nu=3.0, calibration="paper"))
+    paper = DPrivacySilo(tiny_silo_context(canaries=CANARIES), DPrivacyParams(nu=3.0, calibration="paper"))
     (first, _) = paper.canary_uploads(start, delta, rng=np.random.default_rng(5), hypothesis_spread=0.0)
     scaled = sanitize_update(start, np.linalg.norm(delta) * directions[0], params=paper.params, rng=np.random.default_rng(5),
                              hypothesis_spread=0.0)[0]

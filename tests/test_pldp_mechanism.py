@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
-from mechanisms.base import LocalTraining, SiloContext, model_to_vector
+from mechanisms.base import model_to_vector
 from mechanisms.events import LocalDpPlan, LocalDpUpload, PoissonGaussianEvent
 from mechanisms.pldp import PAPER_BUDGETS, PAPER_RANGES, pdpm_outputs
 from mechanisms.pldp.accountant import LocalDpAccountant
@@ -16,10 +15,9 @@ from mechanisms.pldp.mechanism import Pldp
 from mechanisms.pldp.params import PldpParams
 from simulator.cli import main
 from simulator.errors import ScenarioError
-from simulator.models import build_model
 from simulator.reports import privacy_line
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.conftest import small_scenario, tiny_silo_context
 
 
 def _brute_force(plans: dict[int, LocalDpPlan], participations: list[tuple[int, ...]]) -> dict[int, float]:
@@ -85,22 +83,11 @@ def test_the_papers_settings_cycle_through_their_levels() -> None:
     assert [c.center for c in clients[:3]] == [0.0, 0.5, -0.5]
 
 
-def _silo_context(silo_id: int = 1) -> SiloContext:
-    rng = np.random.default_rng(0)
-    features = torch.tensor(rng.normal(size=(40, 1, 8, 8)), dtype=torch.float32)
-    labels = torch.tensor(rng.integers(0, 10, size=40))
-    torch.manual_seed(0)
-    model = build_model("logistic_regression", feature_shape=(1, 8, 8), num_classes=10)
-    training = LocalTraining(local_steps=3, batch_size=8, lr=0.1, rounds=2, client_rate=1.0)
-    return SiloContext(silo_id=silo_id, record_ids=np.arange(40), features=features, labels=labels, model=model,
-                       training=training, generator=torch.Generator().manual_seed(9), device=torch.device("cpu"))
-
-
 @pytest.mark.parametrize(("perturb", "coordinates"), [("weights", "all"), ("update", "all"), ("update", 20)])
 def test_silo_uploads_pdpm_outputs_and_the_server_averages_them(perturb: str, coordinates) -> None:
     params = PldpParams(perturb=perturb, coordinates=coordinates, ranges=[0.4, 0.8, 1.2], budgets="eps3", centers=[0.0, 0.05, 0.0])
     mechanism = Pldp(params)
-    context = _silo_context(silo_id=1)
+    context = tiny_silo_context(silo_id=1)
     start = model_to_vector(context.model)
     silo = mechanism.silo(context)
     (plan,) = silo.setup_events()
