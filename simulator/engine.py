@@ -38,10 +38,9 @@ from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
-from simulator.worker_pool import POOL, ActorShape
+from simulator.worker_pool import ActorShape, pool_for
 
 ACTOR_START_TIMEOUT_S = 300
-ACTOR_RELEASE_TIMEOUT_S = 60
 
 
 def run(
@@ -246,22 +245,11 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the session's pool, handed back when the federation closes, after they dropped this run
-        (``clear``/``close``); an actor that fails to do so is stopped instead."""
-        leased = POOL.lease(counts)
-
-        def hand_back() -> None:
-            for shape, handles in leased.items():
-                healthy = []
-                for handle in handles:
-                    try:
-                        ray.get(handle.release.remote(), timeout=ACTOR_RELEASE_TIMEOUT_S)
-                        healthy.append(handle)
-                    except (ray.exceptions.RayError, TimeoutError):
-                        ray.kill(handle)
-                POOL.give_back(shape, healthy)
-
-        self._stack.callback(hand_back)
+        """Actors from the run's pool (:func:`simulator.worker_pool.pool_for`), handed back when the federation
+        closes, after they dropped this run."""
+        pool = pool_for(self.scenario.ray)
+        leased = pool.lease(counts)
+        self._stack.callback(lambda: [pool.give_back(shape, handles) for shape, handles in leased.items()])
         return leased
 
     def run_round(self, round_index: int) -> RoundReport:
