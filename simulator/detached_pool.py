@@ -233,7 +233,7 @@ def stop_pool() -> int:
 
 
 def status_table() -> str:
-    """``privsilo pool status``: one line per pooled actor (shape, version, idle or leased, idle seconds)."""
+    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds)."""
     import ray
 
     pool = registry(create=False)
@@ -243,10 +243,10 @@ def status_table() -> str:
     if not entries:
         return "the warm pool is empty"
     now = time.time()
-    rows = [("actor", "cpus", "gpus", "version", "state", "idle s", "stops in s")]
+    rows = [("actor", "cpus", "gpus", "version", "state", "idle s", "stops in s")]  # an actor's name starts with its class
     for e in entries:
         idle = e.job is None
-        rows.append((e.key.actor, f"{e.key.num_cpus:g}", f"{e.key.num_gpus:g}", e.key.version,
+        rows.append((e.name, f"{e.key.num_cpus:g}", f"{e.key.num_gpus:g}", e.key.version,
                      "idle" if idle else f"leased (job {e.job})", f"{now - e.idle_since:.0f}" if idle else "-",
                      f"{max(e.idle_timeout - (now - e.idle_since), 0):.0f}" if idle else "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
