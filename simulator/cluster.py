@@ -25,6 +25,10 @@ HTTP2_FRAME_HEADER_BYTES = 9
 HTTP2_SETTINGS = 0x4
 
 
+PRELOAD_ENV = "RAY_preload_python_modules"
+PRELOAD_MODULES = "simulator.actors"  # the actors' module: torch, the mechanisms and protocols
+
+
 @dataclass(frozen=True)
 class Capacity:
     """The CPUs and GPUs a run's actors may hold at once; ``gpus`` None: not a limit (a local session is given
@@ -120,13 +124,30 @@ def ray_session(
         demand = demand_for(local_capacity())
         cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
         gpus = math.ceil(demand.gpus) if demand.gpus else None
-        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        with _preloading(PRELOAD_MODULES):
+            # address="local": always a fresh local instance, never a cluster someone else started on this machine.
+            ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
     finally:
         ray.shutdown()
+
+
+@contextmanager
+def _preloading(modules: str) -> Iterator[None]:
+    """Have the Ray instance started meanwhile import ``modules`` in every worker process as it starts, before any
+    actor arrives (Ray's experimental ``RAY_preload_python_modules``, read by the raylet): Ray pre-starts workers
+    when the driver connects, so they import torch while the driver loads the data. A value the user set is kept
+    (an empty one turns preloading off)."""
+    if PRELOAD_ENV in os.environ:
+        yield
+        return
+    os.environ[PRELOAD_ENV] = modules
+    try:
+        yield
+    finally:
+        del os.environ[PRELOAD_ENV]
 
 
 def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:

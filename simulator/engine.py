@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -156,23 +157,16 @@ class Federation:
 
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
-        self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
-        seeds = run_seeds(scenario.seed, scenario.data.silos)
-        parts, self.users = silo_records(scenario, self.dataset)
-        if scenario.data.rotations is not None:  # never with data.users: the parts are the partition's
-            self.dataset = rotate_silos(self.dataset, parts, angles=scenario.data.rotations)
-        self.parts = parts
-        specs = [
-            SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
-                     user_ids=None if self.users is None else self.users.silo_user_ids[i])
-            for i, idx in enumerate(parts)
-        ]
-        t_data = time.perf_counter()
+        # The data loads in a thread while Ray starts (or is joined) and the actors start: the main thread mostly
+        # waits for other processes meanwhile.
+        loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privsilo-data")
+        loading = loader.submit(self._load_data)
+        loader.shutdown(wait=False)
         demand = self._stack.enter_context(ray_session(
             address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
             connect_timeout=scenario.ray.connect_timeout,
         ))
-        self.packing = pack_silos(len(specs), demand.workers)
+        self.packing = pack_silos(scenario.data.silos, demand.workers)
         if self.resume_from is not None and tuple(self.resume_from["packing"]) != self.packing:
             # which silos share a worker decides which crash together: a resumed run must pack as the first did
             raise ScenarioError("resources.silos_per_actor", scenario.resources.silos_per_actor,
@@ -180,6 +174,14 @@ class Federation:
                                 f"into {len(self.packing)}; set resources.silos_per_actor to "
                                 f"{max(len(h) for h in self.resume_from['packing'])} (and give Ray the CPUs it needs) to resume")
         res = scenario.resources
+        worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
+        server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
+        leased = self._lease({worker_shape: len(self.packing), server_shape: 1})  # new actors start meanwhile
+        self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
+        t_ray = time.perf_counter()
+        self._specs = loading.result()
+        t_data = time.perf_counter()
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
         self.vault = None
         if self.snapshots:
             self.vault = ray.remote(SnapshotVault).options(num_cpus=0).remote()
@@ -189,11 +191,6 @@ class Federation:
         self._hosting = dict(features=ray.put(self.dataset.x_train), labels=ray.put(self.dataset.y_train), scenario=scenario,
                              feature_shape=self.dataset.feature_shape, num_classes=self.dataset.num_classes,
                              user_histogram=histogram, vault=self.vault)
-        self._specs = specs
-        worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
-        server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
-        leased = self._lease({worker_shape: len(self.packing), server_shape: 1})
-        self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
         hosting = [self._host(index) for index in range(len(self.workers))]
         opened = self.server.open.remote(
             scenario=scenario,
@@ -218,8 +215,22 @@ class Federation:
             ray.get(self.vault.put.remote(self.resume_from["silos"]))
             ray.get([worker.restore_snapshots.remote() for worker in self.workers] + [self.server.restore.remote(self.resume_from["server"])])
         t_setup = time.perf_counter()
-        self.timing.update(data_seconds=t_data - t0, workers_seconds=t_workers - t_data, protocol_setup_seconds=t_setup - t_workers)
+        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile)
+        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data,
+                           protocol_setup_seconds=t_setup - t_workers)
         self.silo_construction_seconds = construction
+
+    def _load_data(self) -> list[SiloSpec]:
+        """Load the dataset and partition it (``dataset``, ``users``, ``parts``); the silos' specs."""
+        scenario = self.scenario
+        self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
+        self.parts, self.users = silo_records(scenario, self.dataset)
+        if scenario.data.rotations is not None:  # never with data.users: the parts are the partition's
+            self.dataset = rotate_silos(self.dataset, self.parts, angles=scenario.data.rotations)
+        return [SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
+                         user_ids=None if self.users is None else self.users.silo_user_ids[i])
+                for i, idx in enumerate(self.parts)]
 
     def _host(self, worker_index: int) -> Any:
         """Have worker ``worker_index`` build its silos (and know their injected crashes); returns the call's ref."""
