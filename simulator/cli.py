@@ -132,11 +132,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_trackers(args.log)
     from simulator.engine import run
     from simulator.invocation import invocation
-    from simulator.reports import result_line
 
     with _run_directory(args, scenario_name=scenario.name) as out:
         result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress, log=args.log,
                      invocation=invocation(args.argv, args.overrides), resume=args.resume)
+    from simulator.reports import result_line  # loaded by run() meanwhile
+
     print(result_line(result))
     print(f"results written to {out}")
     return 0

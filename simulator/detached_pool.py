@@ -23,11 +23,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from simulator.errors import PrivsiloError
 from simulator.invocation import privsilo_version
-from simulator.worker_pool import ActorShape, WorkerPool, start_actor
+from simulator.worker_pool import POOL, ActorShape, WorkerPool, start_actor
+
+if TYPE_CHECKING:
+    from simulator.scenario import RayConfig
 
 NAMESPACE = "privsilo"
 REGISTRY_NAME = "pool-registry-v1"  # the suffix changes with the registry's methods
@@ -203,6 +206,13 @@ class DetachedPool(WorkerPool):
         import ray
 
         ray.get(registry(create=True).stop_idle.remote())
+
+
+def pool_for(config: RayConfig) -> WorkerPool:
+    """The cluster's detached pool for a run that joins a cluster (``ray.address``), else the session's pool."""
+    if config.address:
+        return DetachedPool(idle_timeout=config.pool_idle_timeout)
+    return POOL
 
 
 def pool_actor_names() -> list[str]:

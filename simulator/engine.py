@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -39,7 +39,8 @@ from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
-from simulator.worker_pool import ActorShape, pool_for
+from simulator.detached_pool import pool_for
+from simulator.worker_pool import ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
 
@@ -64,10 +65,11 @@ def run(
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
     interrupted (see :mod:`simulator.checkpoint`)."""
     from simulator.invocation import invocation as api_invocation
-    from simulator.reports import write_run
     from simulator.tracking import check_trackers
 
     check_trackers(log)
+    if out_dir is not None:  # the report code (matplotlib) loads in a thread while Ray starts and the rounds run
+        reports = _in_background(_reports_module)
     scenario = resolve_scenario(scenario, overrides)
     if address:
         scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
@@ -76,8 +78,23 @@ def run(
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
     result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume)
     if out_dir is not None:
-        write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
+        reports.result().write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
+
+
+def _reports_module() -> Any:
+    """:mod:`simulator.reports`, which imports matplotlib."""
+    from simulator import reports
+
+    return reports
+
+
+def _in_background(function: Callable[..., Any], *args: Any) -> Future:
+    """``function(*args)`` in a thread of its own, while the caller goes on."""
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privsilo")
+    future = thread.submit(function, *args)
+    thread.shutdown(wait=False)
+    return future
 
 
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
@@ -159,9 +176,7 @@ class Federation:
         scenario, t0 = self.scenario, time.perf_counter()
         # The data loads in a thread while Ray starts (or is joined) and the actors start: the main thread mostly
         # waits for other processes meanwhile.
-        loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privsilo-data")
-        loading = loader.submit(self._load_data)
-        loader.shutdown(wait=False)
+        loading = _in_background(self._load_data)
         demand = self._stack.enter_context(ray_session(
             address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
             connect_timeout=scenario.ray.connect_timeout,
@@ -256,7 +271,7 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the run's pool (:func:`simulator.worker_pool.pool_for`), handed back when the federation
+        """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
         closes, after they dropped this run."""
         pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)

@@ -5,7 +5,7 @@ often costs less. So the next run with the same resource shares reuses the proce
 a time (a lease is exclusive), and a run's objects are dropped (the actor's ``release``) when it gives the actor
 back; an actor that fails to drop them is stopped instead.
 
-Two pools share this interface (:class:`WorkerPool`); :func:`pool_for` picks one for a run:
+Two pools share this interface (:class:`WorkerPool`); :func:`simulator.detached_pool.pool_for` picks one for a run:
 
 - a run that joins a cluster (``ray.address``, ``--address``) uses the cluster's detached pool
   (:mod:`simulator.detached_pool`), which outlives the driver: the next ``privsilo run`` against the same cluster
@@ -22,10 +22,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
-
-if TYPE_CHECKING:
-    from simulator.scenario import RayConfig
+from typing import Any, Mapping, Sequence
 
 RELEASE_TIMEOUT_S = 60
 
@@ -134,12 +131,3 @@ class SessionPool(WorkerPool):
 
 
 POOL = SessionPool()
-
-
-def pool_for(config: RayConfig) -> WorkerPool:
-    """The cluster's detached pool for a run that joins a cluster (``ray.address``), else :data:`POOL`."""
-    if config.address:
-        from simulator.detached_pool import DetachedPool
-
-        return DetachedPool(idle_timeout=config.pool_idle_timeout)
-    return POOL

@@ -25,7 +25,8 @@ from simulator.data import DATASETS
 from simulator.engine import resources_needed
 from simulator.errors import ScenarioError
 from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
-from simulator.worker_pool import WorkerPool, pool_for
+from simulator.detached_pool import pool_for
+from simulator.worker_pool import WorkerPool
 
 
 def attack(
