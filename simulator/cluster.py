@@ -26,7 +26,7 @@ HTTP2_SETTINGS = 0x4
 
 
 PRELOAD_ENV = "RAY_preload_python_modules"
-PRELOAD_MODULES = "simulator.actors"  # the actors' module: torch, the mechanisms and protocols
+PRELOAD_MODULES = ("simulator.actors",)  # the actors' module: torch, the mechanisms and protocols
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ def ray_session(
         demand = demand_for(local_capacity())
         cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
         gpus = math.ceil(demand.gpus) if demand.gpus else None
-        with _preloading(PRELOAD_MODULES):
-            # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-            ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR",
+                 _system_config=_preloading(PRELOAD_MODULES))
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
@@ -134,20 +134,12 @@ def ray_session(
         ray.shutdown()
 
 
-@contextmanager
-def _preloading(modules: str) -> Iterator[None]:
-    """Have the Ray instance started meanwhile import ``modules`` in every worker process as it starts, before any
-    actor arrives (Ray's experimental ``RAY_preload_python_modules``, read by the raylet): Ray pre-starts workers
-    when the driver connects, so they import torch while the driver loads the data. A value the user set is kept
-    (an empty one turns preloading off)."""
-    if PRELOAD_ENV in os.environ:
-        yield
-        return
-    os.environ[PRELOAD_ENV] = modules
-    try:
-        yield
-    finally:
-        del os.environ[PRELOAD_ENV]
+def _preloading(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """Ray's system config making every worker process of a local Ray import ``modules`` as it starts, before
+    any actor arrives (Ray's experimental ``preload_python_modules``, ray-project/ray#33572): Ray pre-starts
+    workers when the driver connects, so they import torch while the driver loads the data. Nothing when the
+    user set ``RAY_preload_python_modules`` (an empty value turns preloading off)."""
+    return {} if PRELOAD_ENV in os.environ else {"preload_python_modules": list(modules)}
 
 
 def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:
