@@ -7,14 +7,14 @@ runs the command once against it to fill the pool, then repeats, alternating the
 - ``cold``: ``privsilo run SCENARIO`` (a fresh local Ray, workers preloading ``simulator.actors``);
 - ``cold_no_preload``: the same with ``RAY_preload_python_modules`` set empty (Ray's workers import nothing early);
 - ``warm``: ``privsilo run SCENARIO --address HEAD``;
-- ``baseline`` (with ``--baseline DIR``): the cold command from another checkout (``PYTHONPATH=DIR``), e.g. the
-  commit before a start-up change.
+- ``baseline:DIR`` (with ``--baseline DIR``, repeatable): the cold command from another checkout
+  (``PYTHONPATH=DIR``), e.g. the commit before a start-up change.
 
 Each command's wall time is that of its whole process; start-up is ``summary.json`` ``timing`` data + workers +
 protocol set-up. Prints the medians, the ratios to ``cold``, the goals (warm wall <= 3 s, warm start-up <= 1 s)
 and whether every run's ``metrics.csv`` (without wall times) and ``model.pt`` equal the first cold run's.
 
-    python benchmarks/bench_startup.py [--repeats 3] [--scenario scenarios/quickstart.yaml] [--baseline DIR]
+    python benchmarks/bench_startup.py [--repeats 3] [--scenario scenarios/quickstart.yaml] [--baseline DIR ...]
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scenario", type=Path, default=REPO / "scenarios" / "quickstart.yaml")
     parser.add_argument("--cluster-cpus", type=int, default=max(os.cpu_count() or 1, 3), help="the quickstart's actors ask for 3")
-    parser.add_argument("--baseline", type=Path, help="another checkout whose cold command is timed too")
+    parser.add_argument("--baseline", type=Path, action="append", default=[], help="another checkout whose cold command is timed too (repeatable)")
     args = parser.parse_args()
     # Ray on the loopback address (drivers and the head alike), no auth prompt, no usage stats.
     quiet = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -82,8 +82,8 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(REPO)  # the cluster's workers import this checkout
     arms: dict[str, tuple[dict[str, str], bool]] = {
         "cold": (env, False), "cold_no_preload": ({**env, "RAY_preload_python_modules": ""}, False), "warm": (env, True)}
-    if args.baseline:
-        arms["baseline"] = ({**env, "PYTHONPATH": str(args.baseline.resolve())}, False)
+    for checkout in args.baseline:
+        arms[f"baseline:{checkout.name}"] = ({**env, "PYTHONPATH": str(checkout.resolve())}, False)
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))
     load_before = os.getloadavg()
     cluster = start_cluster(args.cluster_cpus)
@@ -111,7 +111,7 @@ def main() -> None:
     print(f"{args.scenario.name}: medians of {args.repeats} interleaved repetitions; load average (1/5/15 min) "
           f"{'/'.join(f'{x:.1f}' for x in load_before)} at the start, {'/'.join(f'{x:.1f}' for x in load_after)} at the end")
     for arm in arms:
-        print(f"  {arm:16s} wall {median[arm]['wall']:5.2f} s ({median[arm]['wall'] / median['cold']['wall']:.3f} of cold), "
+        print(f"  {arm:20s} wall {median[arm]['wall']:5.2f} s ({median[arm]['wall'] / median['cold']['wall']:.3f} of cold), "
               f"start-up {median[arm]['startup']:5.2f} s ({median[arm]['startup'] / median['cold']['startup']:.3f} of cold)")
     print(f"warm goals: wall {median['warm']['wall']:.2f} s <= {WARM_WALL_GOAL_S:g} s: "
           f"{'met' if median['warm']['wall'] <= WARM_WALL_GOAL_S else 'missed'}; start-up {median['warm']['startup']:.2f} s "
