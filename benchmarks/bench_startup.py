@@ -4,8 +4,7 @@ run --address`` against a running local cluster whose warm pool holds the actors
 Starts a Ray head on 127.0.0.1 (``ray.cluster_utils.Cluster``, stopped at the end with every process it started),
 runs the command once against it to fill the pool, then repeats, alternating the order each repetition:
 
-- ``cold``: ``privsilo run SCENARIO`` (a fresh local Ray, workers preloading ``simulator.actors``);
-- ``cold_no_preload``: the same with ``RAY_preload_python_modules`` set empty (Ray's workers import nothing early);
+- ``cold``: ``privsilo run SCENARIO`` (a fresh local Ray);
 - ``warm``: ``privsilo run SCENARIO --address HEAD``;
 - ``baseline:DIR`` (with ``--baseline DIR``, repeatable): the cold command from another checkout
   (``PYTHONPATH=DIR``), e.g. the commit before a start-up change.
@@ -81,7 +80,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     os.environ["PYTHONPATH"] = str(REPO)  # the cluster's workers import this checkout
     arms: dict[str, tuple[dict[str, str], bool]] = {
-        "cold": (env, False), "cold_no_preload": ({**env, "RAY_preload_python_modules": ""}, False), "warm": (env, True)}
+        "cold": (env, False), "warm": (env, True)}
     for checkout in args.baseline:
         arms[f"baseline:{checkout.name}"] = ({**env, "PYTHONPATH": str(checkout.resolve())}, False)
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))
@@ -104,7 +103,7 @@ def main() -> None:
     finally:
         cluster.shutdown()
     reference = rows["cold"][0]["out"]
-    identical = all(same_results(reference, row["out"]) for arm in ("cold", "cold_no_preload", "warm") for row in rows[arm])
+    identical = all(same_results(reference, row["out"]) for arm in ("cold", "warm") for row in rows[arm])
     shutil.rmtree(work)
     load_after = os.getloadavg()
     median = {arm: {key: statistics.median(row[key] for row in rows[arm]) for key in ("wall", "startup")} for arm in arms}
@@ -116,8 +115,7 @@ def main() -> None:
     print(f"warm goals: wall {median['warm']['wall']:.2f} s <= {WARM_WALL_GOAL_S:g} s: "
           f"{'met' if median['warm']['wall'] <= WARM_WALL_GOAL_S else 'missed'}; start-up {median['warm']['startup']:.2f} s "
           f"<= {WARM_STARTUP_GOAL_S:g} s: {'met' if median['warm']['startup'] <= WARM_STARTUP_GOAL_S else 'missed'}")
-    print(f"metrics.csv (without wall times) and model.pt of every cold, cold_no_preload and warm run equal the first "
-          f"cold run's: {identical}")
+    print(f"metrics.csv (without wall times) and model.pt of every cold and warm run equal the first cold run's: {identical}")
 
 
 if __name__ == "__main__":

@@ -25,10 +25,6 @@ HTTP2_FRAME_HEADER_BYTES = 9
 HTTP2_SETTINGS = 0x4
 
 
-PRELOAD_ENV = "RAY_preload_python_modules"
-PRELOAD_MODULES = ("simulator.actors",)  # the actors' module: torch, the mechanisms and protocols
-
-
 @dataclass(frozen=True)
 class Capacity:
     """The CPUs and GPUs a run's actors may hold at once; ``gpus`` None: not a limit (a local session is given
@@ -125,21 +121,12 @@ def ray_session(
         cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
         gpus = math.ceil(demand.gpus) if demand.gpus else None
         # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR",
-                 _system_config=_preloading(PRELOAD_MODULES))
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
     finally:
         ray.shutdown()
-
-
-def _preloading(modules: tuple[str, ...]) -> dict[str, list[str]]:
-    """Ray's system config making every worker process of a local Ray import ``modules`` as it starts, before
-    any actor arrives (Ray's experimental ``preload_python_modules``, ray-project/ray#33572): Ray pre-starts
-    workers when the driver connects, so they import torch while the driver loads the data. Nothing when the
-    user set ``RAY_preload_python_modules`` (an empty value turns preloading off)."""
-    return {} if PRELOAD_ENV in os.environ else {"preload_python_modules": list(modules)}
 
 
 def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:

@@ -133,21 +133,3 @@ def unused_address() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
-PRELOAD_PROBE = """
-import ray
-from simulator.cluster import ActorDemand, ray_session
-with ray_session(address=None, demand_for=lambda capacity: ActorDemand(0, 0, 0.5, 0, 1, 1), connect_timeout=5):
-    print(ray.get(ray.remote(lambda: __import__("sys").modules.get("simulator.actors") is not None).remote()))
-"""
-
-
-@pytest.mark.parametrize(("setting", "preloaded"), [(None, "True"), ("", "False")])
-def test_a_local_rays_workers_import_the_actors_module_before_any_actor(setting, preloaded):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_preload_python_modules"}
-    if setting is not None:
-        env["RAY_preload_python_modules"] = setting  # the user's value wins; empty: no preloading
-    proc = subprocess.run([sys.executable, "-c", PRELOAD_PROBE], capture_output=True, text=True, cwd=REPO, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == [preloaded]
