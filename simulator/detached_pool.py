@@ -95,11 +95,15 @@ class PoolRegistry:
         return answer
 
     def give_back(self, names: list[str], idle_timeout: float) -> None:
-        """The named actors dropped their run: idle until the next lease, or ``idle_timeout`` s."""
+        """The named actors dropped their run: idle until the next lease, or ``idle_timeout`` s. An actor the
+        registry does not know (it was restarted meanwhile) is stopped."""
         with self._lock:
             for name in names:
-                entry = self._entries[name]
-                entry.job, entry.idle_since, entry.idle_timeout = None, time.time(), idle_timeout
+                entry = self._entries.get(name)
+                if entry is None:
+                    _kill(name)
+                else:
+                    entry.job, entry.idle_since, entry.idle_timeout = None, time.time(), idle_timeout
             self._stop_expired()
 
     def forget(self, names: list[str]) -> None:
@@ -138,14 +142,19 @@ class PoolRegistry:
             self._stop([e for e in self._entries.values() if e.job in ended])
 
     def _stop(self, entries: list[PoolEntry]) -> None:
-        import ray
-
         for entry in entries:
             del self._entries[entry.name]
-            try:
-                ray.kill(ray.get_actor(entry.name, namespace=NAMESPACE))
-            except ValueError:  # never started (its driver ended first) or already gone
-                pass
+            _kill(entry.name)
+
+
+def _kill(name: str) -> None:
+    """Stop the pool's actor ``name``, if it is alive (it may never have started: its driver ended first)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    except ValueError:
+        pass
 
 
 def running_jobs() -> set[str]:
@@ -200,6 +209,8 @@ class DetachedPool(WorkerPool):
         names = {kind: [self._names.pop(id(handle)) for handle in handles]
                  for kind, handles in (("healthy", healthy), ("broken", broken))}
         pool = registry(create=False)
+        if pool is None:  # `privsilo pool stop` ran meanwhile: it stopped these actors too
+            return
         ray.get([pool.give_back.remote(names["healthy"], self.idle_timeout), pool.forget.remote(names["broken"])])
 
     def stop_idle(self) -> None:
@@ -226,14 +237,9 @@ def stop_pool() -> int:
     """Stop the registry and every actor of the pool's namespace (idle or leased); return how many there were.
 
     Returns once none is left, or raises PrivsiloError after ``STOP_WAIT_S`` seconds."""
-    import ray
-
     names = pool_actor_names()
     for name in sorted(names, key=lambda n: n != REGISTRY_NAME):  # the registry first: it starts nothing more
-        try:
-            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-        except ValueError:
-            pass
+        _kill(name)
     deadline = time.monotonic() + STOP_WAIT_S
     while (left := pool_actor_names()) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,7 +1,7 @@
 """Drivers for tests/test_warm_pool.py: each command joins the cluster at ADDRESS as its own Ray job (a separate
 process, as two ``privsilo run`` would be) and prints one JSON line.
 
-    python -m tests.pool_drivers ADDRESS lease COUNT [--version V] [--hold]
+    python -m tests.pool_drivers ADDRESS lease COUNT [--version V] [--hold | --die]
     python -m tests.pool_drivers ADDRESS isolation
     python -m tests.pool_drivers ADDRESS alive
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 
 import simulator  # noqa: F401  (the Ray environment)
@@ -27,9 +28,10 @@ class Sleeper:
         self.run = None
 
 
-def lease(count: int, *, version: str | None, hold: bool) -> None:
+def lease(count: int, *, version: str | None, hold: bool, die: bool) -> None:
     """Lease ``count`` Sleepers (under a made-up code version with ``version``), print their actor ids, and with
-    ``hold`` keep them until a line arrives on stdin; then give them back."""
+    ``hold`` keep them until a line arrives on stdin; then give them back. With ``die`` the process exits at once
+    instead, as a killed driver would, never giving them back."""
     from simulator import detached_pool
     from simulator.worker_pool import ActorShape
 
@@ -39,6 +41,8 @@ def lease(count: int, *, version: str | None, hold: bool) -> None:
     pool = detached_pool.DetachedPool(idle_timeout=600)
     handles = pool.lease({shape: count})[shape]
     print(json.dumps(sorted(h._actor_id.hex() for h in handles)), flush=True)
+    if die:
+        os._exit(0)
     if hold:
         sys.stdin.readline()
     pool.give_back(shape, handles)
@@ -81,10 +85,11 @@ def isolation() -> None:
 
 
 def alive() -> None:
-    """The names of the detached actors alive in the cluster (Ray's GCS actor table)."""
+    """The names and ids of the detached actors alive in the cluster (Ray's GCS actor table)."""
     from ray._private.state import actors
 
-    print(json.dumps(sorted(a["Name"] for a in actors().values() if a["IsDetached"] and a["State"] == "ALIVE")), flush=True)
+    print(json.dumps(sorted([a["Name"], a["ActorID"]] for a in actors().values() if a["IsDetached"] and a["State"] == "ALIVE")),
+          flush=True)
 
 
 def main() -> None:
@@ -96,10 +101,11 @@ def main() -> None:
     parser.add_argument("count", type=int, nargs="?", default=0)
     parser.add_argument("--version")
     parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--die", action="store_true")
     args = parser.parse_args()
     ray.init(address=args.address, logging_level="ERROR")
     if args.command == "lease":
-        lease(args.count, version=args.version, hold=args.hold)
+        lease(args.count, version=args.version, hold=args.hold, die=args.die)
     elif args.command == "isolation":
         isolation()
     else:

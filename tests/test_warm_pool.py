@@ -1,6 +1,7 @@
 """The cluster's warm pool (simulator.detached_pool), on a real Ray head started for this module: a warm run's
 results equal a cold run's, leases are exclusive across drivers, another code version is never reused, actors
-keep nothing of a run once handed back, and ``pool stop`` leaves no actor behind.
+keep nothing of a run once handed back, a driver that dies holding a lease loses it, and ``pool stop`` leaves no
+actor behind.
 
 Every driver is its own process (its own Ray job), as two ``privsilo run`` commands are."""
 from __future__ import annotations
@@ -10,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 import yaml
 
+from simulator.detached_pool import CHECK_EVERY_S
 from tests.conftest import REPO, small_scenario
 
 
@@ -108,6 +111,14 @@ def test_actors_of_another_code_version_are_not_reused(cluster_address):
     fresh = driver(cluster_address, "lease", "2")
     assert not set(stale) & set(fresh)
     assert driver(cluster_address, "lease", "2") == fresh  # the same version is reused
+
+
+def test_the_actors_of_a_driver_that_died_holding_them_are_stopped(cluster_address):
+    held = set(driver(cluster_address, "lease", "2", "--die"))  # exits without giving them back
+    deadline = time.monotonic() + 120  # the registry looks for ended jobs every CHECK_EVERY_S seconds
+    while held & {actor_id for _, actor_id in driver(cluster_address, "alive")}:
+        assert time.monotonic() < deadline, "the dead driver's lease was never reclaimed"
+        time.sleep(CHECK_EVERY_S)
 
 
 def test_pool_stop_leaves_no_actor_behind(cluster_address):
