@@ -42,10 +42,11 @@ def start_cluster(cpus: int):
 
 
 def timed_run(scenario: Path, out: Path, *, env: dict[str, str], address: str | None) -> dict:
-    """Wall seconds of one whole ``privsilo run`` and its start-up seconds from summary.json."""
-    command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--out", str(out), "--no-progress"]
+    """Wall seconds of one whole ``privsilo run`` of the checkout on ``env``'s PYTHONPATH (run from there:
+    ``python -m`` puts the working directory first on ``sys.path``) and its start-up seconds from summary.json."""
+    command = [sys.executable, "-m", "simulator.cli", "run", str(scenario.resolve()), "--out", str(out), "--no-progress"]
     started = time.perf_counter()
-    done = subprocess.run(command + (["--address", address] if address else []), env=env, cwd=REPO,
+    done = subprocess.run(command + (["--address", address] if address else []), env=env, cwd=env["PYTHONPATH"],
                           capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:

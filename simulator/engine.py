@@ -68,25 +68,24 @@ def run(
     from simulator.tracking import check_trackers
 
     check_trackers(log)
-    if out_dir is not None:  # the report code (matplotlib) loads in a thread while Ray starts and the rounds run
-        reports = _in_background(_reports_module)
     scenario = resolve_scenario(scenario, overrides)
     if address:
         scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
-    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume)
+    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
+                  import_reports=out_dir is not None)
     if out_dir is not None:
-        reports.result().write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
+        from simulator.reports import write_run  # imported during the rounds
+
+        write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
 
 
-def _reports_module() -> Any:
-    """:mod:`simulator.reports`, which imports matplotlib."""
-    from simulator import reports
-
-    return reports
+def _reports_module() -> None:
+    """Import :mod:`simulator.reports` (and so matplotlib)."""
+    from simulator import reports  # noqa: F401
 
 
 def _in_background(function: Callable[..., Any], *args: Any) -> Future:
@@ -322,15 +321,20 @@ class Federation:
         return ray.get(self.server.global_state.remote())
 
 
-def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False) -> RunResult:
+def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
+         import_reports: bool = False) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
-    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`)."""
+    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`). ``import_reports``: import
+    the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
+    rounds (during the start-up it would slow the driver's own work)."""
     checkpoint = None
     if resume:
         checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
     with Federation(scenario, snapshots=every > 0, resume_from=checkpoint) as federation:
+        if import_reports:
+            _in_background(_reports_module)
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
         if checkpoint is None:
             accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
