@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch.
+"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch, pool status/stop.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
 
+    pool = commands.add_parser("pool", help="show or stop a cluster's warm pool of actors (runs with --address lease from it)")
+    pool_commands = pool.add_subparsers(dest="pool_command", required=True)
+    for name, text in (("status", "list the pool's actors: shape, version, idle or leased, idle time"),
+                       ("stop", "stop every actor of the pool, idle or leased, and its registry")):
+        pool_command = pool_commands.add_parser(name, help=text)
+        pool_command.add_argument("--address", required=True, help="the Ray cluster's address (HOST:PORT of the head's GCS)")
+
     data = commands.add_parser("data", help="manage datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     fetch = data_commands.add_parser("fetch", help="download a dataset (or copy a local one) into the local cache")
@@ -131,11 +138,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_trackers(args.log)
     from simulator.engine import run
     from simulator.invocation import invocation
-    from simulator.reports import result_line
 
     with _run_directory(args, scenario_name=scenario.name) as out:
         result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress, log=args.log,
                      invocation=invocation(args.argv, args.overrides), resume=args.resume)
+    from simulator.reports import result_line  # loaded by run() meanwhile
+
     print(result_line(result))
     print(f"results written to {out}")
     return 0
@@ -264,7 +272,27 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "audit": _cmd_audit, "sweep": _cmd_sweep, "merge": _cmd_merge, "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data}
+def _cmd_pool(args: argparse.Namespace) -> int:
+    """``pool status`` / ``pool stop`` against the cluster at ``--address`` (:mod:`simulator.detached_pool`)."""
+    import ray
+
+    from simulator.cluster import join_cluster
+    from simulator.detached_pool import status_table, stop_pool
+    from simulator.scenario import RayConfig
+
+    join_cluster(args.address, connect_timeout=RayConfig().connect_timeout, field="--address")
+    try:
+        if args.pool_command == "status":
+            print(status_table())
+        else:
+            print(f"stopped {stop_pool()} actors of the warm pool (registry included); none is left")
+    finally:
+        ray.shutdown()
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "audit": _cmd_audit, "sweep": _cmd_sweep, "merge": _cmd_merge,
+            "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data, "pool": _cmd_pool}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -114,11 +114,7 @@ def ray_session(
         yield demand
         return
     if address:
-        check_reachable(address, timeout=connect_timeout)
-        try:
-            ray.init(address=address, logging_level="ERROR", configure_logging=True)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ScenarioError("ray.address", address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
+        join_cluster(address, connect_timeout=connect_timeout)
         demand = demand_for(cluster_capacity())
     else:
         demand = demand_for(local_capacity())
@@ -133,14 +129,25 @@ def ray_session(
         ray.shutdown()
 
 
-def check_reachable(address: str, *, timeout: float) -> None:
+def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:
+    """Connect this process to the Ray cluster at ``address`` (see :func:`check_reachable`); errors name ``field``."""
+    import ray
+
+    check_reachable(address, timeout=connect_timeout, field=field)
+    try:
+        ray.init(address=address, logging_level="ERROR", configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ScenarioError(field, address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
+
+
+def check_reachable(address: str, *, timeout: float, field: str = "ray.address") -> None:
     """Raise ScenarioError unless a gRPC server (a Ray head's GCS) answers at ``address`` within ``timeout`` s.
 
     ``address`` is ``[scheme://]HOST:PORT`` (IPv6 hosts in brackets); Ray's keywords without a port (``auto``)
     are left to Ray, which fails fast on them. With Ray's TLS on (``RAY_USE_TLS``) only the TCP connection is
     checked, since the greeting is then encrypted.
     """
-    target = _host_and_port(address)
+    target = _host_and_port(address, field=field)
     if target is None:
         return
     deadline = time.monotonic() + timeout
@@ -154,26 +161,26 @@ def check_reachable(address: str, *, timeout: float) -> None:
             header = _receive(connection, HTTP2_FRAME_HEADER_BYTES)
     except socket.timeout:
         problem = f"nothing answered ({tried}); check the address and that the head is running"
-        raise ScenarioError("ray.address", address, problem) from None
+        raise ScenarioError(field, address, problem) from None
     except OSError as exc:
         problem = f"no Ray head there: {exc.strerror or type(exc).__name__} ({tried}); start one with `ray start --head`"
-        raise ScenarioError("ray.address", address, f"{problem} or check the address") from None
+        raise ScenarioError(field, address, f"{problem} or check the address") from None
     if len(header) < HTTP2_FRAME_HEADER_BYTES or header[3] != HTTP2_SETTINGS:
         raise ScenarioError(
-            "ray.address", address,
+            field, address,
             f"something listens there but it is not a Ray head ({tried}); give the head's GCS address "
             "(`ray start --head` prints it; port 6379 by default, not the dashboard's 8265)",
         )
 
 
-def _host_and_port(address: str) -> tuple[str, int] | None:
+def _host_and_port(address: str, *, field: str) -> tuple[str, int] | None:
     rest = address.split("://", 1)[-1].rstrip("/")
     host, separator, port = rest.rpartition(":")
     if not separator and rest.isidentifier():  # a Ray keyword such as "auto"
         return None
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ScenarioError("ray.address", address, "must look like HOST:PORT, the head's GCS address (port 6379 by default)")
+        raise ScenarioError(field, address, "must look like HOST:PORT, the head's GCS address (port 6379 by default)")
     return host, int(port)
 
 

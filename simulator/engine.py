@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -39,10 +40,10 @@ from simulator.scenario import Scenario, resolve_scenario, validate_scenario
 from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
-from simulator.worker_pool import POOL, ActorShape
+from simulator.detached_pool import pool_for
+from simulator.worker_pool import ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
-ACTOR_RELEASE_TIMEOUT_S = 60
 
 
 def run(
@@ -67,7 +68,6 @@ def run(
     interrupted (see :mod:`simulator.checkpoint`). ``canaries``: an audit's canaries by host silo (see
     :mod:`simulator.audit`)."""
     from simulator.invocation import invocation as api_invocation
-    from simulator.reports import write_run
     from simulator.tracking import check_trackers
 
     check_trackers(log)
@@ -78,10 +78,25 @@ def run(
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
     result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
-                  canaries=canaries)
+                  import_reports=out_dir is not None, canaries=canaries)
     if out_dir is not None:
+        from simulator.reports import write_run  # imported during the rounds
+
         write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
     return result
+
+
+def _reports_module() -> None:
+    """Import :mod:`simulator.reports` (and so matplotlib)."""
+    from simulator import reports  # noqa: F401
+
+
+def _in_background(function: Callable[..., Any], *args: Any) -> Future:
+    """``function(*args)`` in a thread of its own, while the caller goes on."""
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privsilo")
+    future = thread.submit(function, *args)
+    thread.shutdown(wait=False)
+    return future
 
 
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
@@ -163,23 +178,14 @@ class Federation:
 
     def _start(self) -> None:
         scenario, t0 = self.scenario, time.perf_counter()
-        self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
-        seeds = run_seeds(scenario.seed, scenario.data.silos)
-        parts, self.users = silo_records(scenario, self.dataset)
-        if scenario.data.rotations is not None:  # never with data.users: the parts are the partition's
-            self.dataset = rotate_silos(self.dataset, parts, angles=scenario.data.rotations)
-        self.parts = parts
-        specs = [
-            SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
-                     user_ids=None if self.users is None else self.users.silo_user_ids[i], canaries=self.canaries.get(i))
-            for i, idx in enumerate(parts)
-        ]
-        t_data = time.perf_counter()
+        # The data loads in a thread while Ray starts (or is joined) and the actors start: the main thread mostly
+        # waits for other processes meanwhile.
+        loading = _in_background(self._load_data)
         demand = self._stack.enter_context(ray_session(
             address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
             connect_timeout=scenario.ray.connect_timeout,
         ))
-        self.packing = pack_silos(len(specs), demand.workers)
+        self.packing = pack_silos(scenario.data.silos, demand.workers)
         if self.resume_from is not None and tuple(self.resume_from["packing"]) != self.packing:
             # which silos share a worker decides which crash together: a resumed run must pack as the first did
             raise ScenarioError("resources.silos_per_actor", scenario.resources.silos_per_actor,
@@ -187,6 +193,14 @@ class Federation:
                                 f"into {len(self.packing)}; set resources.silos_per_actor to "
                                 f"{max(len(h) for h in self.resume_from['packing'])} (and give Ray the CPUs it needs) to resume")
         res = scenario.resources
+        worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
+        server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
+        leased = self._lease({worker_shape: len(self.packing), server_shape: 1})  # new actors start meanwhile
+        self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
+        t_ray = time.perf_counter()
+        self._specs = loading.result()
+        t_data = time.perf_counter()
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
         self.vault = None
         if self.snapshots:
             self.vault = ray.remote(SnapshotVault).options(num_cpus=0).remote()
@@ -196,11 +210,6 @@ class Federation:
         self._hosting = dict(features=ray.put(self.dataset.x_train), labels=ray.put(self.dataset.y_train), scenario=scenario,
                              feature_shape=self.dataset.feature_shape, num_classes=self.dataset.num_classes,
                              user_histogram=histogram, vault=self.vault)
-        self._specs = specs
-        worker_shape = ActorShape(SiloWorker, num_cpus=res.silo.num_cpus, num_gpus=res.silo.num_gpus)
-        server_shape = ActorShape(ServerActor, num_cpus=res.server.num_cpus, num_gpus=res.server.num_gpus)
-        leased = self._lease({worker_shape: len(self.packing), server_shape: 1})
-        self.workers, (self.server,) = leased[worker_shape], leased[server_shape]
         hosting = [self._host(index) for index in range(len(self.workers))]
         opened = self.server.open.remote(
             scenario=scenario,
@@ -225,8 +234,22 @@ class Federation:
             ray.get(self.vault.put.remote(self.resume_from["silos"]))
             ray.get([worker.restore_snapshots.remote() for worker in self.workers] + [self.server.restore.remote(self.resume_from["server"])])
         t_setup = time.perf_counter()
-        self.timing.update(data_seconds=t_data - t0, workers_seconds=t_workers - t_data, protocol_setup_seconds=t_setup - t_workers)
+        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile)
+        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data,
+                           protocol_setup_seconds=t_setup - t_workers)
         self.silo_construction_seconds = construction
+
+    def _load_data(self) -> list[SiloSpec]:
+        """Load the dataset and partition it (``dataset``, ``users``, ``parts``); the silos' specs."""
+        scenario = self.scenario
+        self.dataset = scenario_dataset(scenario.data, seed=scenario.seed)
+        seeds = run_seeds(scenario.seed, scenario.data.silos)
+        self.parts, self.users = silo_records(scenario, self.dataset)
+        if scenario.data.rotations is not None:  # never with data.users: the parts are the partition's
+            self.dataset = rotate_silos(self.dataset, self.parts, angles=scenario.data.rotations)
+        return [SiloSpec(silo_id=i, record_ids=idx, seed=seeds["silos"][i],
+                         user_ids=None if self.users is None else self.users.silo_user_ids[i], canaries=self.canaries.get(i))
+                for i, idx in enumerate(self.parts)]
 
     def _host(self, worker_index: int) -> Any:
         """Have worker ``worker_index`` build its silos (and know their injected crashes); returns the call's ref."""
@@ -252,22 +275,11 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the session's pool, handed back when the federation closes, after they dropped this run
-        (``clear``/``close``); an actor that fails to do so is stopped instead."""
-        leased = POOL.lease(counts)
-
-        def hand_back() -> None:
-            for shape, handles in leased.items():
-                healthy = []
-                for handle in handles:
-                    try:
-                        ray.get(handle.release.remote(), timeout=ACTOR_RELEASE_TIMEOUT_S)
-                        healthy.append(handle)
-                    except (ray.exceptions.RayError, TimeoutError):
-                        ray.kill(handle)
-                POOL.give_back(shape, healthy)
-
-        self._stack.callback(hand_back)
+        """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
+        closes, after they dropped this run."""
+        pool = pool_for(self.scenario.ray)
+        leased = pool.lease(counts)
+        self._stack.callback(lambda: [pool.give_back(shape, handles) for shape, handles in leased.items()])
         return leased
 
     def run_round(self, round_index: int) -> RoundReport:
@@ -315,15 +327,19 @@ class Federation:
 
 
 def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
-         canaries: Mapping[int, SiloCanaries] | None = None) -> RunResult:
+         import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
-    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`)."""
+    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`). ``import_reports``: import
+    the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
+    rounds (during the start-up it would slow the driver's own work)."""
     checkpoint = None
     if resume:
         checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
     with Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation:
+        if import_reports:
+            _in_background(_reports_module)
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
         if checkpoint is None:
             accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()

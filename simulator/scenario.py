@@ -236,6 +236,8 @@ class RayConfig(_Block):
     """Join this Ray cluster (`HOST:PORT` of the head's GCS, as `ray start --head` prints it) instead of starting Ray locally (`--address` overrides it)."""
     connect_timeout: float = Field(30.0, gt=0, allow_inf_nan=False)
     """Seconds to wait for the head at `ray.address` to answer before giving up (exit 2)."""
+    pool_idle_timeout: float = Field(600.0, ge=0, allow_inf_nan=False)
+    """With `ray.address`: seconds a server or silo worker actor stays in the cluster's warm pool after a run hands it back, for the next run to reuse (0: stop it at once); `privsilo pool status` and `privsilo pool stop` show and empty the pool."""
 
 
 class AttackConfig(_Block):
@@ -396,6 +398,7 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     "model": ("kwargs",),
     "federation": ("server_optimizer", "proximal_mu"),
     "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate"),
+    "ray": ("pool_idle_timeout",),
     "mechanism.params": ("accountant",),
 }
 

@@ -1,19 +1,30 @@
-"""Warm actors for runs one after another in the same Ray session (sweeps, tests, scripts).
+"""Warm actors: a run leases its server and silo worker actors from a pool and gives them back when it ends.
 
 Starting an actor means starting a Python process that imports torch, which costs seconds; training a round
-often costs less. A run therefore leases its server and silo worker actors from this pool and gives them back
-when it ends: the next run of the session with the same resource shares reuses the processes. An actor hosts
-one run at a time (a lease is exclusive), and a run's objects are dropped when it gives the actor back.
+often costs less. So the next run with the same resource shares reuses the processes. An actor hosts one run at
+a time (a lease is exclusive), and a run's objects are dropped (the actor's ``release``) when it gives the actor
+back; an actor that fails to drop them is stopped instead.
 
-So that the pool never holds resources a run needs, every idle actor a lease does not take is stopped before
-new ones start: at any time the pool holds no more actors than the runs in progress use. Actors given back
-after their session ended (a ``privsilo run`` closes the session it opened) are forgotten, not reused.
+Two pools share this interface (:class:`WorkerPool`); :func:`simulator.detached_pool.pool_for` picks one for a run:
+
+- a run that joins a cluster (``ray.address``, ``--address``) uses the cluster's detached pool
+  (:mod:`simulator.detached_pool`), which outlives the driver: the next ``privsilo run`` against the same cluster
+  reuses the actors;
+- a local run uses :data:`POOL`, the actors of the current Ray session (runs one after another in a sweep, the
+  tests, a script inside its own ``ray.init``). Actors given back after their session ended (a ``privsilo run``
+  closes the session it opened) are forgotten, not reused.
+
+So that a pool never holds resources a run needs, every idle actor a lease does not take is stopped before
+new ones start.
 """
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+RELEASE_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -25,8 +36,52 @@ class ActorShape:
     num_gpus: float
 
 
-class ActorPool:
-    """Idle actors of the current Ray session, by shape. Use the module's ``POOL``."""
+def start_actor(shape: ActorShape, **options: Any) -> Any:
+    """A new actor of ``shape`` (extra Ray ``options``: e.g. a name and a detached lifetime).
+
+    A process that dies (a crash) is restarted by Ray; the call it was serving fails rather than re-running.
+    """
+    import ray
+
+    remote = ray.remote(shape.actor_class).options(num_cpus=shape.num_cpus, num_gpus=shape.num_gpus,
+                                                   max_restarts=-1, max_task_retries=0, **options)
+    return remote.remote(num_cpus=shape.num_cpus)
+
+
+class WorkerPool(ABC):
+    """Where runs lease their actors from and give them back to."""
+
+    @abstractmethod
+    def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
+        """``counts[shape]`` actors of each shape for this run alone: idle ones first, then new ones, after
+        stopping every idle actor the lease does not take."""
+
+    def give_back(self, shape: ActorShape, handles: Sequence[Any]) -> None:
+        """Have each of ``handles`` (leased with ``shape``) drop its run, then keep it for the next lease; an
+        actor that does not answer (its process died, or hangs) is stopped instead."""
+        import ray
+
+        healthy, broken = [], []
+        for handle in handles:
+            try:
+                ray.get(handle.release.remote(), timeout=RELEASE_TIMEOUT_S)
+                healthy.append(handle)
+            except (ray.exceptions.RayError, TimeoutError):
+                ray.kill(handle)
+                broken.append(handle)
+        self._keep(shape, healthy, broken)
+
+    @abstractmethod
+    def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
+        """Make ``healthy`` (released) actors available to the next lease and forget ``broken`` (stopped) ones."""
+
+    @abstractmethod
+    def stop_idle(self) -> None:
+        """Stop every idle actor, freeing its resources for work that is not an actor run (e.g. attack tasks)."""
+
+
+class SessionPool(WorkerPool):
+    """Idle actors of the current Ray session, by shape, in this process. Use the module's ``POOL``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -34,8 +89,6 @@ class ActorPool:
         self._idle: list[tuple[ActorShape, Any]] = []
 
     def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """``counts[shape]`` actors of each shape: idle ones first, then new ones, after stopping every idle
-        actor the lease does not take."""
         import ray
 
         with self._lock:
@@ -51,20 +104,15 @@ class ActorPool:
         for handle in spare:
             ray.kill(handle)
         for shape, count in counts.items():
-            # A process that dies (a crash) is restarted by Ray; the call it was serving fails rather than re-running.
-            remote = ray.remote(shape.actor_class).options(num_cpus=shape.num_cpus, num_gpus=shape.num_gpus,
-                                                           max_restarts=-1, max_task_retries=0)
-            taken[shape] += [remote.remote(num_cpus=shape.num_cpus) for _ in range(count - len(taken[shape]))]
+            taken[shape] += [start_actor(shape) for _ in range(count - len(taken[shape]))]
         return taken
 
-    def give_back(self, shape: ActorShape, handles: list[Any]) -> None:
-        """Make ``handles`` (actors that answered their last call) available to the next lease."""
+    def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
         with self._lock:
             self._forget_other_sessions()
-            self._idle.extend((shape, handle) for handle in handles)
+            self._idle.extend((shape, handle) for handle in healthy)
 
     def stop_idle(self) -> None:
-        """Stop every idle actor, freeing its resources for work that is not an actor run (e.g. attack tasks)."""
         import ray
 
         with self._lock:
@@ -82,4 +130,4 @@ class ActorPool:
             self._session, self._idle = session, []
 
 
-POOL = ActorPool()
+POOL = SessionPool()

@@ -259,3 +259,23 @@ def test_fetch_mnist_from_a_wrong_copy_writes_nothing(tmp_path):
     with pytest.raises(DataUnavailableError, match=MNIST_IDX_FILES["y_test"]):
         fetch_dataset("mnist", dest=tmp_path / "cache", source=source, progress=False)
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("name", ["digits", "breast_cancer"])
+def test_a_cached_split_equals_the_computed_one(name, tmp_path, monkeypatch):
+    import dataclasses
+
+    from simulator.data import datasets
+
+    monkeypatch.setenv("PRIVSILO_DATA_DIR", str(tmp_path))
+    computed = load_dataset(name, seed=2)  # splits with scikit-learn and writes the cache
+    assert datasets.split_cache_path(name, seed=2).is_file()
+    monkeypatch.setattr(datasets, "_load_digits", None)  # a second load must not split again
+    monkeypatch.setattr(datasets, "_load_breast_cancer", None)
+    cached = load_dataset(name, seed=2)
+    for field in dataclasses.fields(computed):
+        a, b = getattr(computed, field.name), getattr(cached, field.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), field.name
+        else:
+            assert a == b, field.name

@@ -25,7 +25,8 @@ from simulator.data import DATASETS
 from simulator.engine import resources_needed
 from simulator.errors import ScenarioError
 from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
-from simulator.worker_pool import POOL
+from simulator.detached_pool import pool_for
+from simulator.worker_pool import WorkerPool
 
 
 def attack(
@@ -46,7 +47,7 @@ def attack(
         started = time.perf_counter()
         capture = capture_round(scenario)
         captured = time.perf_counter()
-        reconstructions = _run_inversions(capture.observations, config=scenario.attack, progress=progress)
+        reconstructions = _run_inversions(capture.observations, config=scenario.attack, pool=pool_for(scenario.ray), progress=progress)
         finished = time.perf_counter()
     pixel_scale = DATASETS[scenario.data.dataset].pixel_scale
     runs = tuple(_score(target, seed, rec, capture.truths[target], pixel_scale=pixel_scale, success_psnr=scenario.attack.success_psnr)
@@ -73,8 +74,8 @@ def invert_task(observation: Observation, settings: InversionSettings, seed: int
     return invert(observation, settings=settings, generator=torch.Generator().manual_seed(seed))
 
 
-def _run_inversions(observations: Mapping[int, Observation], *, config: AttackConfig, progress: bool) -> dict[tuple[int, int], Reconstruction]:
-    POOL.stop_idle()  # the captured run's warm actors would otherwise hold the CPUs the tasks wait for
+def _run_inversions(observations: Mapping[int, Observation], *, config: AttackConfig, pool: WorkerPool, progress: bool) -> dict[tuple[int, int], Reconstruction]:
+    pool.stop_idle()  # the captured run's warm actors would otherwise hold the CPUs the tasks wait for
     settings = InversionSettings(method=config.method, iterations=config.iterations, line_search=config.line_search,
                                  snapshot_steps=snapshot_steps(config.iterations))
     task = ray.remote(num_cpus=config.num_cpus)(invert_task)

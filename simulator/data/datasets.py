@@ -7,9 +7,12 @@ train/test split. Files that must be obtained first come from ``privsilo data fe
 from __future__ import annotations
 
 import gzip
+import importlib.metadata
 import importlib.util
+import os
 import pathlib
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -87,9 +90,9 @@ def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: in
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     directory = pathlib.Path(path) if path is not None else None
     if name == "digits":
-        return _load_digits(seed=seed)
+        return _cached_split(name, seed=seed, build=_load_digits)
     if name == "breast_cancer":
-        return _load_breast_cancer(seed=seed)
+        return _cached_split(name, seed=seed, build=_load_breast_cancer)
     if name == "heart_disease":
         from simulator.data.heart_disease import load_heart_disease
 
@@ -119,6 +122,38 @@ def read_idx(raw: bytes) -> np.ndarray:
     if data.size != int(np.prod(shape)):
         raise ValueError(f"IDX file truncated: header says {shape}, found {data.size} values")
     return data.reshape(shape)
+
+
+SPLIT_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def split_cache_path(name: str, *, seed: int) -> pathlib.Path:
+    """Where the split of scikit-learn's bundled dataset ``name`` is cached, per seed and scikit-learn version."""
+    version = importlib.metadata.version("scikit-learn")
+    return default_data_dir() / "splits" / f"{name}-seed{seed}-scikit-learn{version}.npz"
+
+
+def _cached_split(name: str, *, seed: int, build: Callable[..., Dataset]) -> Dataset:
+    """``build(seed=seed)``, a split of one of scikit-learn's bundled datasets, read from the data cache where an
+    earlier load wrote it: importing scikit-learn costs about a second, reading the file milliseconds. The file
+    holds the arrays themselves, so a cached split equals a computed one; a cache that cannot be written (a
+    read-only home) is skipped."""
+    path = split_cache_path(name, seed=seed)
+    info = DATASETS[name]
+    try:
+        with np.load(path) as saved:
+            arrays = {key: saved[key] for key in SPLIT_ARRAYS}
+    except (OSError, KeyError, ValueError):  # absent, or unreadable: split again
+        dataset = build(seed=seed)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")
+            np.savez(partial, **{key: getattr(dataset, key) for key in SPLIT_ARRAYS})
+            os.replace(partial, path)
+        except OSError:
+            pass
+        return dataset
+    return Dataset(name=name, **arrays, num_classes=info.num_classes, feature_shape=info.feature_shape, kind=info.kind)
 
 
 def _stratified_split(x: np.ndarray, y: np.ndarray, *, seed: int) -> tuple[np.ndarray, ...]:

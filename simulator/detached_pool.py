@@ -1,0 +1,269 @@
+"""The cluster's warm pool: server and silo worker actors that outlive the driver, for the next ``privsilo run``.
+
+Against a running cluster (``ray start --head`` once, then ``privsilo run ... --address HOST:PORT``) a run's
+actors are detached, named actors in the Ray namespace ``privsilo``. When the run ends they drop its silos and
+state (the actors' ``release``) and wait, idle, for the next run; the next driver leases them instead of starting
+processes that import torch again.
+
+Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v1``), which serves
+one call at a time, so that two drivers never lease the same actor. An actor is interchangeable with another
+only under the same :class:`PoolKey`: its class, its CPU and GPU shares and privsilo's code version (the package
+version and a digest of its source files, so an edited checkout never reuses actors running the old code). A
+lease takes idle actors of its keys, names the new actors the driver starts, and stops every other idle actor
+(of any key, so stale actors never hold resources a run waits for). Each lease is held by the driver's Ray job;
+the registry stops the actors of a lease whose job ended without giving them back (a killed driver). An idle
+actor stops after the ``ray.pool_idle_timeout`` of the run that gave it back. ``privsilo pool status`` lists the
+pool, ``privsilo pool stop`` stops every actor of the namespace, the registry included.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from simulator.errors import PrivsiloError
+from simulator.invocation import privsilo_version
+from simulator.worker_pool import POOL, ActorShape, WorkerPool, start_actor
+
+if TYPE_CHECKING:
+    from simulator.scenario import RayConfig
+
+NAMESPACE = "privsilo"
+REGISTRY_NAME = "pool-registry-v1"  # the suffix changes with the registry's methods
+CHECK_EVERY_S = 2.0  # how often the registry looks for expired idle actors and ended jobs
+STOP_WAIT_S = 30.0
+PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
+
+
+def code_version() -> str:
+    """privsilo's version and a digest of the source files of its packages, as the actors would import them."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{privsilo_version()}+{digest.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """What a pooled actor is leased by: its class, resource shares and privsilo's code version."""
+
+    actor: str
+    num_cpus: float
+    num_gpus: float
+    version: str
+
+
+@dataclass
+class PoolEntry:
+    """One pooled actor: ``job`` holds its lease (None: idle since ``idle_since``, until ``idle_timeout`` s)."""
+
+    name: str
+    key: PoolKey
+    job: str | None
+    idle_since: float = 0.0
+    idle_timeout: float = 0.0
+
+
+class PoolRegistry:
+    """The detached actor that hands out and takes back leases; one call at a time (Ray's default for an actor)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, PoolEntry] = {}
+        self._lock = threading.Lock()  # between the calls and the expiry thread
+        threading.Thread(target=self._expire_forever, daemon=True).start()
+
+    def lease(self, job: str, wants: list[tuple[PoolKey, int]]) -> list[tuple[list[str], list[str]]]:
+        """For each ``(key, count)``: the names of the idle actors ``job`` now holds, and the names under which
+        it starts the rest. Every idle actor not taken is stopped."""
+        with self._lock:
+            self._reclaim_ended_jobs(alive=job)
+            answer = []
+            for key, count in wants:
+                idle = sorted(e.name for e in self._entries.values() if e.job is None and e.key == key)[:count]
+                new = [f"{key.actor}-{uuid.uuid4().hex[:12]}" for _ in range(count - len(idle))]
+                for name in idle:
+                    self._entries[name].job = job
+                self._entries.update((name, PoolEntry(name=name, key=key, job=job)) for name in new)
+                answer.append((idle, new))
+            self._stop([e for e in self._entries.values() if e.job is None])
+        return answer
+
+    def give_back(self, names: list[str], idle_timeout: float) -> None:
+        """The named actors dropped their run: idle until the next lease, or ``idle_timeout`` s. An actor the
+        registry does not know (it was restarted meanwhile) is stopped."""
+        with self._lock:
+            for name in names:
+                entry = self._entries.get(name)
+                if entry is None:
+                    _kill(name)
+                else:
+                    entry.job, entry.idle_since, entry.idle_timeout = None, time.time(), idle_timeout
+            self._stop_expired()
+
+    def forget(self, names: list[str]) -> None:
+        """The named actors were stopped by the driver holding them (they failed to drop their run)."""
+        with self._lock:
+            for name in names:
+                self._entries.pop(name, None)
+
+    def stop_idle(self) -> None:
+        """Stop every idle actor."""
+        with self._lock:
+            self._stop([e for e in self._entries.values() if e.job is None])
+
+    def status(self) -> list[PoolEntry]:
+        """Every pooled actor (after reclaiming the leases of ended jobs), by key and name."""
+        with self._lock:
+            self._reclaim_ended_jobs(alive=None)
+            return sorted(self._entries.values(), key=lambda e: (e.key.actor, e.key.version, e.key.num_cpus, e.name))
+
+    def _expire_forever(self) -> None:
+        while True:
+            time.sleep(CHECK_EVERY_S)
+            with self._lock:
+                self._stop_expired()
+                self._reclaim_ended_jobs(alive=None)
+
+    def _stop_expired(self) -> None:
+        now = time.time()
+        self._stop([e for e in self._entries.values() if e.job is None and now - e.idle_since >= e.idle_timeout])
+
+    def _reclaim_ended_jobs(self, *, alive: str | None) -> None:
+        """Stop the actors leased by jobs that ended (``alive``: a job known to be running, the caller's)."""
+        holders = {e.job for e in self._entries.values() if e.job not in (None, alive)}
+        if holders:
+            ended = holders - running_jobs()
+            self._stop([e for e in self._entries.values() if e.job in ended])
+
+    def _stop(self, entries: list[PoolEntry]) -> None:
+        for entry in entries:
+            del self._entries[entry.name]
+            _kill(entry.name)
+
+
+def _kill(name: str) -> None:
+    """Stop the pool's actor ``name``, if it is alive (it may never have started: its driver ended first)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    except ValueError:
+        pass
+
+
+def running_jobs() -> set[str]:
+    """The ids of the cluster's jobs that have not ended (Ray's GCS job table)."""
+    from ray._private.state import jobs
+
+    return {job["JobID"] for job in jobs() if not job["IsDead"]}
+
+
+def registry(*, create: bool) -> Any:
+    """The cluster's registry actor (started with ``create``); None if there is none."""
+    import ray
+
+    if create:
+        return ray.remote(PoolRegistry).options(name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached",
+                                                get_if_exists=True, num_cpus=0).remote()
+    try:
+        return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+class DetachedPool(WorkerPool):
+    """The cluster's pool, as one driver sees it: leases through the registry (see the module docstring)."""
+
+    def __init__(self, *, idle_timeout: float) -> None:
+        self.idle_timeout = idle_timeout
+        self._names: dict[int, str] = {}  # id(handle) -> actor name, for the handles this driver holds
+
+    def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
+        import ray
+
+        version = code_version()
+        shapes = list(counts)
+        wants = [(PoolKey(shape.actor_class.__qualname__, shape.num_cpus, shape.num_gpus, version), counts[shape])
+                 for shape in shapes]
+        answer = ray.get(registry(create=True).lease.remote(ray.get_runtime_context().get_job_id(), wants))
+        taken: dict[ActorShape, list[Any]] = {}
+        for shape, (idle, new) in zip(shapes, answer):
+            try:
+                handles = [ray.get_actor(name, namespace=NAMESPACE) for name in idle]
+            except ValueError:
+                raise PrivsiloError("the cluster's warm pool was stopped while this run leased from it; run again") from None
+            handles += [start_actor(shape, name=name, namespace=NAMESPACE, lifetime="detached") for name in new]
+            self._names.update((id(handle), name) for handle, name in zip(handles, idle + new))
+            taken[shape] = handles
+        return taken
+
+    def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
+        import ray
+
+        names = {kind: [self._names.pop(id(handle)) for handle in handles]
+                 for kind, handles in (("healthy", healthy), ("broken", broken))}
+        pool = registry(create=False)
+        if pool is None:  # `privsilo pool stop` ran meanwhile: it stopped these actors too
+            return
+        ray.get([pool.give_back.remote(names["healthy"], self.idle_timeout), pool.forget.remote(names["broken"])])
+
+    def stop_idle(self) -> None:
+        import ray
+
+        ray.get(registry(create=True).stop_idle.remote())
+
+
+def pool_for(config: RayConfig) -> WorkerPool:
+    """The cluster's detached pool for a run that joins a cluster (``ray.address``), else the session's pool."""
+    if config.address:
+        return DetachedPool(idle_timeout=config.pool_idle_timeout)
+    return POOL
+
+
+def pool_actor_names() -> list[str]:
+    """The names of every actor alive in the pool's namespace (pooled actors, the registry)."""
+    import ray
+
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE)
+
+
+def stop_pool() -> int:
+    """Stop the registry and every actor of the pool's namespace (idle or leased); return how many there were.
+
+    Returns once none is left, or raises PrivsiloError after ``STOP_WAIT_S`` seconds."""
+    names = pool_actor_names()
+    for name in sorted(names, key=lambda n: n != REGISTRY_NAME):  # the registry first: it starts nothing more
+        _kill(name)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while (left := pool_actor_names()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        raise PrivsiloError(f"pool stop: {len(left)} actors still alive after {STOP_WAIT_S:g} s: {', '.join(left)}")
+    return len(names)
+
+
+def status_table() -> str:
+    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds)."""
+    import ray
+
+    pool = registry(create=False)
+    if pool is None:
+        return "no warm pool on this cluster (a run with --address starts one)"
+    entries = ray.get(pool.status.remote())
+    if not entries:
+        return "the warm pool is empty"
+    now = time.time()
+    rows = [("actor", "cpus", "gpus", "version", "state", "idle s", "stops in s")]  # an actor's name starts with its class
+    for e in entries:
+        idle = e.job is None
+        rows.append((e.name, f"{e.key.num_cpus:g}", f"{e.key.num_gpus:g}", e.key.version,
+                     "idle" if idle else f"leased (job {e.job})", f"{now - e.idle_since:.0f}" if idle else "-",
+                     f"{max(e.idle_timeout - (now - e.idle_since), 0):.0f}" if idle else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
