@@ -28,7 +28,8 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
-    "uldp_mnist_avg_w": ("uldp/mnist.yaml", [*MNIST_SHORT, "data.users.count=1000", "mechanism.accountant=pld"]),
+    **{f"uldp_digits_avg_w_s{sigma}": ("audits/uldp_digits.yaml", [f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
+       for sigma in ("0.5", "1.0")},
     "pldp_mnist_eps2": ("pldp/mnist.yaml", ["data.silos=10", "federation.rounds=3"]),
     "dprivacy_rotated_mnist_clipped": ("dprivacy/rotated_mnist.yaml", []),
     "dprivacy_rotated_mnist_paper": ("dprivacy/rotated_mnist.yaml", ["mechanism.calibration=paper", "mechanism.radius=null"]),
