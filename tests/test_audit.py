@@ -108,11 +108,7 @@ def test_input_canary_audit_writes_a_bound_below_the_claim(ray_local):
 
 
 def test_uldp_canary_users_bound_is_positive_and_below_the_claim(ray_local):
-    scenario = _audited({"name": "uldp", "variant": "avg_w", "noise_multiplier": 0.5, "global_lr": 1.0}, canaries=1000,
-                        data={"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 1000}},
-                        protocol={"secure_aggregation": True}, federation={"rounds": 3, "client_rate": 1.0, "local_steps": 2,
-                                                                            "batch_size": 32, "lr": 0.1})
-    report = audit(scenario)
+    report = audit(REPO / "scenarios" / "audits" / "uldp_digits.yaml", overrides=["mechanism.noise_multiplier=0.5"])
     assert report.unit == "user"
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
 
