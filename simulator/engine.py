@@ -164,6 +164,7 @@ class Federation:
         self.timing: dict[str, float] = {}
         self.protocol_timing: dict[str, float] = {}  # parts of protocol_setup_seconds: the protocol's set-up, silo and server side
         self.users: UserAllocation | None = None
+        self._ready = False  # the actors answered their set-up: on leaving they are handed back, not stopped
 
     def __enter__(self) -> "Federation":
         try:
@@ -238,6 +239,7 @@ class Federation:
         self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data,
                            protocol_setup_seconds=t_setup - t_workers)
         self.silo_construction_seconds = construction
+        self._ready = True
 
     def _load_data(self) -> list[SiloSpec]:
         """Load the dataset and partition it (``dataset``, ``users``, ``parts``); the silos' specs."""
@@ -276,10 +278,15 @@ class Federation:
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
-        closes, after they dropped this run."""
+        closes, after they dropped this run; stopped instead when the federation failed before it was ready."""
         pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)
-        self._stack.callback(lambda: [pool.give_back(shape, handles) for shape, handles in leased.items()])
+
+        def hand_back() -> None:  # actors of a federation that never got ready may not even be scheduled
+            for shape, handles in leased.items():
+                (pool.give_back if self._ready else pool.discard)(shape, handles)
+
+        self._stack.callback(hand_back)
         return leased
 
     def run_round(self, round_index: int) -> RoundReport:

@@ -71,6 +71,15 @@ class WorkerPool(ABC):
                 broken.append(handle)
         self._keep(shape, healthy, broken)
 
+    def discard(self, shape: ActorShape, handles: Sequence[Any]) -> None:
+        """Stop ``handles`` (leased with ``shape``) without asking them anything: a run that failed before its
+        actors were ready (some may never be scheduled) must not wait on them."""
+        import ray
+
+        for handle in handles:
+            ray.kill(handle)
+        self._keep(shape, [], list(handles))
+
     @abstractmethod
     def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
         """Make ``healthy`` (released) actors available to the next lease and forget ``broken`` (stopped) ones."""
