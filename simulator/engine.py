@@ -44,6 +44,7 @@ from simulator.detached_pool import pool_for
 from simulator.worker_pool import ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
+UNREADY_RELEASE_TIMEOUT_S = 5  # a failed start hands back the actors that answer by then, and stops the others
 
 
 def run(
@@ -164,7 +165,7 @@ class Federation:
         self.timing: dict[str, float] = {}
         self.protocol_timing: dict[str, float] = {}  # parts of protocol_setup_seconds: the protocol's set-up, silo and server side
         self.users: UserAllocation | None = None
-        self._ready = False  # the actors answered their set-up: on leaving they are handed back, not stopped
+        self._ready = False  # the actors answered their set-up (see _lease)
 
     def __enter__(self) -> "Federation":
         try:
@@ -278,13 +279,14 @@ class Federation:
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
-        closes, after they dropped this run; stopped instead when the federation failed before it was ready."""
+        closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
+        it was ready waits for them only briefly)."""
         pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)
 
         def hand_back() -> None:  # actors of a federation that never got ready may not even be scheduled
             for shape, handles in leased.items():
-                (pool.give_back if self._ready else pool.discard)(shape, handles)
+                pool.give_back(shape, handles, **({} if self._ready else {"timeout": UNREADY_RELEASE_TIMEOUT_S}))
 
         self._stack.callback(hand_back)
         return leased

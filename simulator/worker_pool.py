@@ -56,29 +56,26 @@ class WorkerPool(ABC):
         """``counts[shape]`` actors of each shape for this run alone: idle ones first, then new ones, after
         stopping every idle actor the lease does not take."""
 
-    def give_back(self, shape: ActorShape, handles: Sequence[Any]) -> None:
+    def give_back(self, shape: ActorShape, handles: Sequence[Any], *, timeout: float = RELEASE_TIMEOUT_S) -> None:
         """Have each of ``handles`` (leased with ``shape``) drop its run, then keep it for the next lease; an
-        actor that does not answer (its process died, or hangs) is stopped instead."""
+        actor that does not answer within ``timeout`` seconds (all are asked at once: its process died, hangs, or
+        was never scheduled) is stopped instead."""
         import ray
 
+        asked = {handle.release.remote(): handle for handle in handles}
+        answered, _ = ray.wait(list(asked), num_returns=len(asked), timeout=timeout) if asked else ([], [])
         healthy, broken = [], []
-        for handle in handles:
+        for ref, handle in asked.items():
             try:
-                ray.get(handle.release.remote(), timeout=RELEASE_TIMEOUT_S)
-                healthy.append(handle)
-            except (ray.exceptions.RayError, TimeoutError):
-                ray.kill(handle)
-                broken.append(handle)
-        self._keep(shape, healthy, broken)
-
-    def discard(self, shape: ActorShape, handles: Sequence[Any]) -> None:
-        """Stop ``handles`` (leased with ``shape``) without asking them anything: a run that failed before its
-        actors were ready (some may never be scheduled) must not wait on them."""
-        import ray
-
-        for handle in handles:
+                if ref in answered:
+                    ray.get(ref)
+                    healthy.append(handle)
+                    continue
+            except ray.exceptions.RayError:
+                pass
             ray.kill(handle)
-        self._keep(shape, [], list(handles))
+            broken.append(handle)
+        self._keep(shape, healthy, broken)
 
     @abstractmethod
     def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
