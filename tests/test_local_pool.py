@@ -73,6 +73,7 @@ def started_pool(*options: str) -> tuple[local_pool.PoolState, set[int]]:
     return state, processes
 
 
+@pytest.mark.timeout(1800)  # four runs and a Ray head: minutes on a loaded 2-core machine
 def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_stop_ends_it(state_dir, tmp_path):
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(name="local", federation={
