@@ -121,9 +121,9 @@ def test_a_pool_whose_head_died_is_reported_and_commands_run_on_their_own_ray(st
     os.kill(gcs_pid, signal.SIGKILL)
     wait_until_gone(processes)  # the supervisor noticed, recorded the crash and stopped the rest
     crashed = local_pool.read_state()
-    assert crashed is not None and crashed.crashed.startswith(f"gcs_server-0 (pid {gcs_pid}) exited with code -9")
+    assert crashed is not None and crashed.crashed.startswith(f"gcs_server (pid {gcs_pid}) exited with code -9")
     address, note = local_pool.address_for_command(None)
-    assert address is None and note.startswith("the local pool is not usable (it crashed: gcs_server-0")
+    assert address is None and note.startswith(f"the local pool is not usable (it crashed: gcs_server (pid {gcs_pid})")
     assert local_pool.read_state() is None  # reported once, then forgotten
     assert local_pool.address_for_command(None) == (None, None)
 
