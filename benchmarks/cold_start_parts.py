@@ -100,16 +100,21 @@ def main() -> None:
         return
     load_before = os.getloadavg()
     rows: dict[str, list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
+    failures = {variant: 0 for variant in VARIANTS}
     for repeat in range(args.repeats):
         for variant in (list(VARIANTS) if repeat % 2 == 0 else list(reversed(VARIANTS))):
             env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", **VARIANTS[variant][1]}
             done = subprocess.run([sys.executable, __file__, "--measure", variant, str(args.actors)], env=env,
                                   capture_output=True, text=True, cwd=REPO)
-            if done.returncode != 0:
-                sys.exit(f"cold_start_parts: variant {variant} failed:\n{done.stderr[-3000:]}")
+            if done.returncode != 0:  # on a saturated machine Ray's raylet may miss its fixed 30 s to register
+                failures[variant] += 1
+                print(f"repeat {repeat + 1}: variant {variant} failed: {done.stderr.strip().splitlines()[-1]}", flush=True)
+                continue
             rows[variant].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"repeat {repeat + 1}: " + ", ".join(f"{v} {rows[v][-1]['total']:.1f} s" for v in VARIANTS), flush=True)
-    print(f"medians of {args.repeats} interleaved repetitions, {args.actors} actors; load average "
+            print(f"repeat {repeat + 1}: {variant} {rows[variant][-1]['total']:.1f} s", flush=True)
+    if not all(rows.values()):
+        sys.exit("cold_start_parts: a variant never completed; see the failures above")
+    print(f"medians of {args.repeats} interleaved repetitions (failed inside Ray: {failures}), {args.actors} actors; load average "
           f"{'/'.join(f'{x:.1f}' for x in load_before)} at the start, {'/'.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     print(f"  {'piece':32s}" + "".join(f"{v:>18s}" for v in VARIANTS))
     median = {v: {p: statistics.median(row[p] for row in rows[v]) for p in PIECES} for v in VARIANTS}
