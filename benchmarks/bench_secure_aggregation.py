@@ -99,7 +99,7 @@ def secure_round(n: int, neighbours: str, dropout: float, vectors: np.ndarray, c
     """One round with ``dropout * n`` silos vanishing, spread over the steps; CPU seconds by side and part."""
     fractions = {"dropout_rate": dropout} if neighbours == "auto" else {}
     silos = {i: SecAggSilo(i, codec=codec, neighbours=neighbours, **fractions) for i in range(n)}
-    server = SecAggServer(codec=codec, neighbours=neighbours, public_seed=seed, **fractions)
+    server = SecAggServer(codec=codec, neighbours=neighbours, **fractions)
     rng = np.random.default_rng(seed)
     dropped = rng.choice(n, size=round(dropout * n), replace=False)
     drops = {int(silo): STEPS[k % len(STEPS)] for k, silo in enumerate(dropped)}

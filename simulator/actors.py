@@ -36,14 +36,14 @@ SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer"
 CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
 
 
-def _server_protocol(config: ProtocolConfig, *, num_silos: int, public_seed: int = 0) -> ServerProtocol:
-    """The server's protocol; ``public_seed`` is the public randomness of secure aggregation's graphs."""
+def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
+    """The server's protocol."""
     if config.secure_aggregation:
         codec = secure_aggregation_codec(config, num_silos=num_silos)
         return SecAggServer(
             codec=codec, min_participants=config.min_participants, threshold=config.threshold,
             neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
-            public_seed=public_seed,
+            federation=num_silos, server=config.server,
         )
     return PlainSumServer()
 
@@ -300,7 +300,7 @@ class ServerActor:
         self.protocol = mechanism.server_protocol(
             num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
             fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
-        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos, public_seed=seed)
+        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
         # the scenario refuses secure aggregation for these, so the protocol is plain summation
         self.individual = type(mechanism).needs_individual_contributions
         optimizer = scenario.federation.server_optimizer
@@ -394,6 +394,10 @@ class ServerActor:
         if requests or self.finish_always:
             unmasking = calls.each(uploaded, lambda worker, ids: worker.finish_round.remote(
                 {i: requests.get(i) for i in ids}, round_index=round_index))
+            while requests := self.protocol.unmask_follow_up(unmasking, round_index=round_index):  # consistency round
+                self.view["consistency"] = unmasking
+                unmasking = calls.each(tuple(requests), lambda worker, ids: worker.finish_round.remote(
+                    {i: requests[i] for i in ids}, round_index=round_index))
             self.view["unmasking"] = unmasking
         combining = time.perf_counter()
         if self.individual:
@@ -434,7 +438,8 @@ class ServerActor:
 
     def last_round_view(self) -> dict[Any, Any]:
         """Everything the server received in the last round (what an honest-but-curious server sees): each
-        per-round protocol stage's replies, ``"uploads"``, and ``"unmasking"`` (the answers after the uploads)."""
+        per-round protocol stage's replies, ``"uploads"``, ``"consistency"`` (the signatures of the consistency round,
+        when the silos assume a server that may lie) and ``"unmasking"`` (the answers after the uploads)."""
         return {**self.view, "uploads": self.last_round_inbox()}
 
     def snapshot(self) -> bytes:

@@ -395,6 +395,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
         construction = federation.silo_construction_seconds
         packing = federation.packing
         protocol_setup = dict(federation.protocol_timing)
+    _warn_excess_dropouts(scenario, records)
     privacy = accountant.report()
     ran = records[first:]
     return RunResult(
@@ -411,6 +412,20 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
         failures=_failures(scenario, records),
         resumed_from_round=first if checkpoint is not None else None,
     )
+
+
+def _warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) -> None:
+    """One warning line when secure aggregation lost more silos in some round than ``protocol.dropout_rate``
+    assumed (``summary.json`` lists those rounds)."""
+    protocol = scenario.protocol
+    if not protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
+        return
+    from protocols.secure_aggregation import excess_dropouts, excess_warning
+
+    rounds = ((r.report.round_index, len(r.report.participants), len(r.report.dropped)) for r in records)
+    message = excess_warning(excess_dropouts(rounds, dropout_rate=protocol.dropout_rate), dropout_rate=protocol.dropout_rate)
+    if message:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _failures(scenario: Scenario, records: Sequence[RoundRecord]) -> dict[str, Any] | None:

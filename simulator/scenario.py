@@ -184,6 +184,8 @@ class ProtocolConfig(_Block):
     """Assumed fraction of silos colluding with the server, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
     dropout_rate: float = Field(0.05, allow_inf_nan=False)
     """Assumed fraction of a round's participants that drop out, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
+    server: Literal["honest_but_curious", "may_lie"] = "honest_but_curious"
+    """What secure aggregation's silos assume of the server: `honest_but_curious` (it follows the protocol and only looks), or `may_lie` (it may tell silos different stories about who uploaded or substitute keys: identity keys registered at set-up, signed round keys, a consistency round before unmasking, threshold above half the share set). See docs/threat-model.md."""
 
     @field_validator("neighbours", mode="before")
     @classmethod
@@ -397,7 +399,7 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     "data": ("kwargs",),
     "model": ("kwargs",),
     "federation": ("server_optimizer", "proximal_mu"),
-    "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate"),
+    "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate", "server"),
     "ray": ("pool_idle_timeout",),
     "mechanism.params": ("accountant",),
 }
@@ -732,6 +734,9 @@ def _check_protocol(scenario: Scenario) -> None:
                 f"must be in [2, {sharing}]: at least 2 (one share would be the secret), at most the {sharing} silos that "
                 + ("share (data.silos)" if neighbours == "all" else "share (neighbours + 1)"),
             )
+        if protocol.server == "may_lie" and 2 * protocol.threshold <= sharing:
+            raise ScenarioError("protocol.threshold", protocol.threshold,
+                                f"must exceed half the {sharing} silos that share with protocol.server: may_lie")
 
 
 def _check_faults(scenario: Scenario) -> None:

@@ -215,7 +215,8 @@ def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray
     """Four silos, threshold 3: two dropping before their upload leave two survivors, too few to unmask; the
     round is abandoned (model unchanged, skipped in metrics.csv), the survivors are still charged, the run goes on."""
     crashes = [{"silo": 0, "round": 2, "at": "before_upload"}, {"silo": 2, "round": 2, "at": "setup"}]
-    result = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "threshold": 3}), out_dir=tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match=r"1 round\(s\) lost more silos than protocol.dropout_rate = 0.05 assumes"):
+        result = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "threshold": 3}), out_dir=tmp_path / "run")
     second = result.rounds[1].report
     assert second.abandoned and second.skipped and second.dropped == (0, 2)
     assert second.loss == result.rounds[0].report.loss  # the model did not move
@@ -223,7 +224,13 @@ def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray
     assert not result.rounds[2].report.skipped and result.rounds[3].report.loss != second.loss
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert [row["skipped"] for row in rows] == ["false", "true", "false", "false"]
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["failures"]["rounds_abandoned"] == 1
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["failures"]["rounds_abandoned"] == 1
+    assert written["secure_aggregation"]["dropouts_beyond_assumption"] == [
+        {"round": second.round_index, "participants": 4, "dropped": 2, "assumed_at_most": 1}]
+    assert written["secure_aggregation"]["by_round_size"] == [
+        {"round_size": 4, "rounds": 4, "neighbours": "all", "threshold": 3, "security_failure_probability": 0.0,
+         "correctness_failure_probability": 0.0}]
 
 
 def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_dir):
@@ -233,7 +240,7 @@ def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_
     assert [r.report.dropped for r in result.rounds] == [(3,), (1,), ()]
     assert not any(r.report.abandoned for r in result.rounds)
     assert sorted(result.rounds[2].report.events) == [0, 1, 2, 3]
-    assert summary(result)["secure_aggregation"]["threshold"] == 2  # the scenario's secure aggregation ran
+    assert summary(result)["secure_aggregation"]["by_round_size"][0]["threshold"] == 2  # the scenario's secure aggregation ran
 
 
 def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_local, heart_disease_dir):

@@ -105,26 +105,30 @@ class Channel:
         self._aead = AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret))
         self.own_id, self.peer_id, self.round_index = own_id, peer_id, round_index
 
-    def seal(self, mask_seed_share: Share, self_mask_share: Share) -> bytes:
-        """Encrypt this silo's two shares for the peer (one share index for both)."""
+    def seal(self, mask_seed_share: Share, self_mask_share: Share, holders: tuple[int, ...] = ()) -> bytes:
+        """Encrypt this silo's two shares for the peer (one share index for both), with the ids of every holder of
+        its shares (``holders``; sent when the server may lie, for the consistency round)."""
         (index, s_share), (b_index, b_share) = mask_seed_share, self_mask_share
         if index != b_index:
             raise ValueError(f"share indices differ: {index} and {b_index}")
         plaintext = struct.pack(
             _SHARE_FORMAT, self.own_id, self.peer_id, _round_bytes(self.round_index), index, s_share, b_share
-        )
+        ) + b"".join(holder.to_bytes(8, "big") for holder in holders)
         return self._aead.encrypt(self.own_id.to_bytes(12, "big"), plaintext, None)
 
-    def open(self, ciphertext: bytes) -> tuple[Share, Share]:
-        """Decrypt the peer's shares ``(share of its mask seed, share of its self-mask seed)``; raises
-        ``ProtocolStateError`` if the ciphertext was not sealed by the peer for this silo and round."""
+    def open(self, ciphertext: bytes) -> tuple[Share, Share, tuple[int, ...]]:
+        """Decrypt the peer's shares ``(share of its mask seed, share of its self-mask seed, its share holders)``;
+        raises ``ProtocolStateError`` if the ciphertext was not sealed by the peer for this silo and round."""
         try:
             plaintext = self._aead.decrypt(self.peer_id.to_bytes(12, "big"), ciphertext, None)
         except InvalidTag:
             raise ProtocolStateError(
                 f"silo {self.own_id}: the shares relayed from silo {self.peer_id} do not authenticate"
             ) from None
-        sender, recipient, round_bytes, index, s_share, b_share = struct.unpack(_SHARE_FORMAT, plaintext)
+        header = struct.calcsize(_SHARE_FORMAT)
+        sender, recipient, round_bytes, index, s_share, b_share = struct.unpack(_SHARE_FORMAT, plaintext[:header])
         if (sender, recipient, round_bytes) != (self.peer_id, self.own_id, _round_bytes(self.round_index)):
             raise ProtocolStateError(f"silo {self.own_id}: shares from silo {self.peer_id} are addressed elsewhere")
-        return (index, s_share), (index, b_share)
+        tail = plaintext[header:]
+        holders = tuple(int.from_bytes(tail[i:i + 8], "big") for i in range(0, len(tail), 8))
+        return (index, s_share), (index, b_share), holders
