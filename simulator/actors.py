@@ -77,18 +77,23 @@ def sample_participants(
 
 
 class _WorkerCalls:
-    """One round's calls to the silo workers, and which of them died (an injected or real crash of the process).
+    """One round's calls to the silo workers, and which of them died (an injected or real crash of the process)
+    or did not answer within ``timeout`` seconds (a straggler, killed so that Ray restarts it: a crash).
 
-    ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them, and drops
-    the silos of a worker whose process died from the rest of the round. Every reply is retrieved before a task's
-    own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to print the others as "unhandled
-    error" tracebacks).
+    ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them (at most
+    ``timeout``), and drops the silos of a worker that died or straggled from the rest of the round. Every reply
+    is retrieved before a task's own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to
+    print the others as "unhandled error" tracebacks).
     """
 
-    def __init__(self, workers: Sequence[Any], host_of: Mapping[int, int]) -> None:
-        self.workers, self.host_of = workers, host_of
+    def __init__(self, workers: Sequence[Any], host_of: Mapping[int, int], *, timeout: float | None = None) -> None:
+        self.workers, self.host_of, self.timeout = workers, host_of, timeout
         self.crashed: set[int] = set()
         self.dropped: set[int] = set()
+
+    def _drop(self, worker: int) -> None:
+        self.crashed.add(worker)
+        self.dropped |= {silo for silo, host in self.host_of.items() if host == worker}
 
     def each(self, silo_ids: Sequence[int], call: Any) -> dict[int, Any]:
         """``call(worker, ids)`` for every live worker hosting some of ``silo_ids``; the workers' replies (each a
@@ -98,13 +103,18 @@ class _WorkerCalls:
             if silo_id not in self.dropped:
                 by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
         refs = {w: call(self.workers[w], tuple(ids)) for w, ids in by_worker.items()}
+        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout)
+        answered = set(answered)
         replies, failure = {}, None
         for w, ref in refs.items():
+            if ref not in answered:  # a straggler: its answer is never read, its process restarted
+                ray.kill(self.workers[w], no_restart=False)
+                self._drop(w)
+                continue
             try:
                 replies[w] = ray.get(ref)
             except ray.exceptions.RayActorError:
-                self.crashed.add(w)
-                self.dropped |= {silo for silo, host in self.host_of.items() if host == w}
+                self._drop(w)
             except ray.exceptions.RayTaskError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -286,6 +296,7 @@ class ServerActor:
         self.host_of = {silo_id: index for index, (_, hosted) in enumerate(workers) for silo_id in hosted}
         self.num_silos = len(self.host_of)
         self.client_rate = scenario.federation.client_rate
+        self.round_timeout = scenario.federation.round_timeout
         self.min_participants = scenario.protocol.min_participants
         self.rng = np.random.default_rng(seed)
         # secure mode: the round plan (ULDP's user sample) must not follow from the seed; client sampling stays seeded
@@ -341,7 +352,7 @@ class ServerActor:
             self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
         self.uploads, self.view = {}, {}
-        calls = _WorkerCalls(self.workers, self.host_of)
+        calls = _WorkerCalls(self.workers, self.host_of, timeout=self.round_timeout)
         combine_seconds, abandoned = 0.0, False
         if participants:
             try:

@@ -230,15 +230,18 @@ class Federation:
         t_workers = time.perf_counter()
         if self.resume_from is None:
             self.protocol_timing = ray.get(self.server.setup.remote())
+            t_protocol = time.perf_counter()
             if self.vault is not None:  # a silo that crashes before its first upload comes back with its keys
                 ray.get([worker.save_snapshots.remote() for worker in self.workers])
         else:
+            t_protocol = t_workers
             ray.get(self.vault.put.remote(self.resume_from["silos"]))
             ray.get([worker.restore_snapshots.remote() for worker in self.workers] + [self.server.restore.remote(self.resume_from["server"])])
         t_setup = time.perf_counter()
-        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile)
-        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data,
-                           protocol_setup_seconds=t_setup - t_workers)
+        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile); the silos'
+        # first snapshots (or, resuming, their restoration) count with the workers, not with the protocol set-up
+        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data + t_setup - t_protocol,
+                           protocol_setup_seconds=t_protocol - t_workers)
         self.silo_construction_seconds = construction
         self._ready = True
 

@@ -167,6 +167,8 @@ class FederationConfig(_Block):
     """The server's optimiser on the aggregate (FedOpt): the `federation.server_optimizer.*` keys; absent: the mechanism's aggregate is the next global model (FedAvg). Refused where the aggregate is not the global model plus an update (`pldp` with `perturb: weights`)."""
     proximal_mu: float = Field(0.0, ge=0, allow_inf_nan=False)
     """FedProx's mu (Li et al. 2020): every local step also descends mu/2 ||w - w_global||^2 (in DP-SGD added after clipping and noise); 0: plain local training. Refused where local training takes no step from the global model (`uldp` variant `sgd`)."""
+    round_timeout: float = Field(600.0, gt=0, allow_inf_nan=False)
+    """Seconds the server waits for the silo workers at each step of a round; a worker that has not answered by then is treated as crashed: its silos drop out of the round (its late answer is never used), its process is restarted and its silos come back from their snapshots for the next round, as after a crash (needs snapshots: an output directory with checkpoints, or a faults block)."""
 
 
 class ProtocolConfig(_Block):
@@ -398,7 +400,7 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     None: ("attack", "faults", "checkpoint", "audit"),
     "data": ("kwargs",),
     "model": ("kwargs",),
-    "federation": ("server_optimizer", "proximal_mu"),
+    "federation": ("server_optimizer", "proximal_mu", "round_timeout"),
     "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate", "server"),
     "ray": ("pool_idle_timeout",),
     "mechanism.params": ("accountant",),

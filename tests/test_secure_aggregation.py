@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from Crypto.Protocol.SecretSharing import Shamir
 from scipy import stats
 
 from protocols.base import ProtocolStateError, RoundAbandoned
@@ -50,7 +49,7 @@ from protocols.secure_aggregation import (
 from protocols.secure_aggregation.graph import connected, harary_positions
 from protocols.secure_aggregation.parameters import hypergeometric_tail
 from protocols.secure_aggregation.signatures import graph_seed
-from protocols.secure_aggregation.sharing import mask_private_key
+from protocols.secure_aggregation.sharing import PRIME, mask_private_key
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
 from tests.conftest import small_scenario
@@ -282,6 +281,24 @@ def test_protocol_objects_pickle_between_rounds_and_carry_on() -> None:
 # --- what the server sees -----------------------------------------------------------------------------------------
 
 
+def interpolate_at_zero(shares) -> bytes:
+    """An independent reconstruction of a Shamir secret: solve the Vandermonde system of the shares for the
+    polynomial's coefficients by Gaussian elimination modulo p (not the Lagrange formula ``sharing.recover``
+    uses), and return the constant term."""
+    rows = [[pow(x, k, PRIME) for k in range(len(shares))] + [int.from_bytes(y, "big")] for x, y in shares]
+    size = len(rows)
+    for col in range(size):
+        pivot = next(r for r in range(col, size) if rows[r][col])
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        inverse = pow(rows[col][col], -1, PRIME)
+        rows[col] = [v * inverse % PRIME for v in rows[col]]
+        for r in range(size):
+            if r != col and rows[r][col]:
+                factor = rows[r][col]
+                rows[r] = [(a - factor * b) % PRIME for a, b in zip(rows[r], rows[col])]
+    return rows[0][-1].to_bytes(16, "big")
+
+
 def shares_in_view(view) -> tuple[dict[int, list], dict[int, list]]:
     """Every Shamir share the server received: of self-mask seeds and of mask seeds, by owner."""
     self_masks: dict[int, list] = {}
@@ -304,11 +321,11 @@ def attack(view, target: int, *, threshold: int, round_index: int, extra_mask_se
     upload = view["protect"][target].data
     residue = upload.copy()
     if len(self_masks.get(target, [])) >= threshold:
-        b = Shamir.combine(self_masks[target][:threshold])
+        b = interpolate_at_zero(self_masks[target][:threshold])
         residue -= mask_stream(self_mask_key(b, silo_id=target, round_index=round_index), round_index=round_index,
                                length=upload.size)
     private = {
-        owner: mask_private_key(Shamir.combine(shares[:threshold]), silo_id=owner, round_index=round_index)
+        owner: mask_private_key(interpolate_at_zero(shares[:threshold]), silo_id=owner, round_index=round_index)
         for owner, shares in mask_seeds.items() if len(shares) >= threshold
     }
     for peer in view["SHARE_KEYS"][target].ciphertexts:  # the neighbours the target masked with, if they shared
@@ -394,7 +411,7 @@ def test_keys_and_shares_are_fresh_every_round() -> None:
         assert first.mask_public_key != second.mask_public_key and first.channel_public_key != second.channel_public_key
     # silo 2's mask seed recovered in round 0 derives round 0's key only
     _, mask_seeds = shares_in_view(views[0])
-    seed = Shamir.combine(mask_seeds[2][: silos[0]._round.threshold])
+    seed = interpolate_at_zero(mask_seeds[2][: silos[0]._round.threshold])
     recovered = mask_private_key(seed, silo_id=2, round_index=0)
     assert recovered.public_key().public_bytes_raw() == views[0]["ADVERTISE_KEYS"][2].mask_public_key
     assert recovered.public_key().public_bytes_raw() != views[1]["ADVERTISE_KEYS"][2].mask_public_key
@@ -752,23 +769,27 @@ def test_uploaders_the_graph_does_not_connect_are_not_unmasked() -> None:
 
 
 
-def test_recovery_equals_pycryptodome_combine_for_any_share_indices() -> None:
-    """``sharing.recover`` (Lagrange coefficients cached per set of share indices) gives ``Shamir.combine``'s secret
-    for random secrets, thresholds and subsets of shares, in any order; duplicate indices are refused."""
-    from Crypto.Protocol.SecretSharing import Shamir
-
+def test_recovery_equals_an_independent_reconstruction_for_any_share_indices() -> None:
+    """``sharing.recover`` (Lagrange coefficients cached per set of share indices, in the field of 2^130 - 5) gives
+    the secret that Gaussian elimination on the shares gives, for random secrets, thresholds and subsets of
+    shares, in any order; duplicate indices and shares of no 16-byte secret are refused."""
     from protocols.secure_aggregation.sharing import recover, split
 
     rng = np.random.default_rng(4)
-    for _ in range(40):
-        holders = sorted(rng.choice(100, size=int(rng.integers(2, 12)), replace=False).tolist())
+    random = seeded_for_tests(4)
+    for _ in range(300):
+        holders = sorted(rng.choice(100, size=int(rng.integers(2, 40)), replace=False).tolist())
         threshold = int(rng.integers(1, len(holders) + 1))
         secret = rng.bytes(16)
-        shares = list(split(secret, threshold=threshold, holders=holders).values())
+        shares = list(split(secret, threshold=threshold, holders=holders, random=random).values())
         subset = [shares[i] for i in rng.permutation(len(shares))[:threshold]]
-        assert recover(subset, threshold=threshold) == Shamir.combine(subset) == secret
-    with pytest.raises(ValueError, match="duplicate"):
+        assert recover(subset, threshold=threshold) == interpolate_at_zero(subset) == secret
+        assert all(len(value) == 17 and int.from_bytes(value, "big") < PRIME for _, value in shares)
+    shares = list(split(bytes(16), threshold=2, holders=[1, 2], random=random).values())
+    with pytest.raises(ValueError, match="distinct"):
         recover([shares[0], shares[0]], threshold=2)
+    with pytest.raises(ValueError, match="one 16-byte secret"):  # the line through (1, 0) and (2, 1) has f(0) = p - 1
+        recover([(1, bytes(17)), (2, (1).to_bytes(17, "big"))], threshold=2)
 
 
 # --- rounds sampled from a federation -----------------------------------------------------------------------------

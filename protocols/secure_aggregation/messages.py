@@ -133,7 +133,7 @@ class UnmaskRequest:
 
 @dataclass(frozen=True)
 class UnmaskReply(ReadOnlyMappings):
-    """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 16 bytes)`` of self-mask seeds (of silos
+    """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 17 bytes)`` of self-mask seeds (of silos
     that uploaded) and of mask seeds (of silos that did not), by owner."""
 
     sender: int

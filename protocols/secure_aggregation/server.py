@@ -76,6 +76,13 @@ class _Round:
         return frozenset(peer for peer in self.graph[silo_id] if peer in among) | {silo_id}
 
 
+def _recover(shares: list[Share], *, threshold: int, owner: int) -> bytes:
+    try:
+        return recover(shares, threshold=threshold)
+    except ValueError as error:
+        raise ProtocolStateError(f"server: the shares of silo {owner}'s seed are inconsistent: {error}") from None
+
+
 class SecAggServer(ServerProtocol):
     """Server side (see the package docstring). ``neighbours``, ``threshold``, ``corrupt_fraction``,
     ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
@@ -388,12 +395,12 @@ class SecAggServer(ServerProtocol):
             total += masked.data
         streams, mask = MaskStreams(total.size), np.empty(total.size, dtype=np.uint64)
         for silo_id in sorted(self_masks):
-            seed = recover(self_mask_shares[silo_id], threshold=threshold)
+            seed = _recover(self_mask_shares[silo_id], threshold=threshold, owner=silo_id)
             streams.write(self_mask_key(seed, silo_id=silo_id, round_index=round_index), round_index=round_index, out=mask)
             total -= mask
         for dropped in sorted(mask_seeds):
             private_key = mask_private_key(
-                recover(mask_seed_shares[dropped], threshold=threshold), silo_id=dropped, round_index=round_index
+                _recover(mask_seed_shares[dropped], threshold=threshold, owner=dropped), silo_id=dropped, round_index=round_index
             )
             if public_bytes(private_key) != state.keys[dropped][0]:
                 raise ProtocolStateError(f"server: the mask seed recovered for silo {dropped} does not match its key")

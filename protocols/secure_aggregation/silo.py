@@ -92,7 +92,7 @@ class SecAggSilo(SiloProtocol):
     and answers the server's unmasking request (see the package docstring).
 
     ``random`` defaults to the operating system's CSPRNG (pass :func:`protocols.crypto_random.seeded_for_tests`
-    only in tests; Shamir's polynomial coefficients always come from the OS). The silo masks only for rounds of
+    only in tests; Shamir's polynomial coefficients come from it too). The silo masks only for rounds of
     at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
     relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size (out of
     ``federation`` silos). With ``server="may_lie"`` it registers an identity key at set-up, signs its round
@@ -240,8 +240,8 @@ class SecAggSilo(SiloProtocol):
             self._check_neighbourhood(inbound, expected)
         state.threshold, state.keys = expected.threshold, dict(inbound.keys)
         holders = sorted(state.keys)
-        mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders)
-        self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders)
+        mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders, random=self._random)
+        self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders, random=self._random)
         state.shares[self.silo_id] = (mask_seed_shares[self.silo_id], self_mask_shares[self.silo_id])
         listed = tuple(holders) if self.may_lie else ()
         state.holders[self.silo_id] = listed
