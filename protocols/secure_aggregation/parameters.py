@@ -54,9 +54,9 @@ rounding to float.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from collections import Counter
 from functools import lru_cache
 from typing import Iterable, Literal, Union
 
