@@ -125,14 +125,14 @@ class SecAggServer(ServerProtocol):
         identity keys; after ``LEARN_IDENTITIES``, nothing. Round keys are agreed every round."""
         if not self.may_lie:
             raise ProtocolStateError(f"secure aggregation has no setup stages with an honest-but-curious server, got {stage!r}")
-        if self.may_lie and stage is SecAggSetupStage.REGISTER:
+        if stage is SecAggSetupStage.REGISTER:
             for silo_id, message in inbound.items():
                 if not isinstance(message, IdentityKey) or message.sender != silo_id or len(message.public_key) != 32:
                     raise ProtocolStateError(f"server: silo {silo_id} did not register its own identity key")
             self.registry = {silo_id: message.public_key for silo_id, message in sorted(inbound.items())}
             registry = IdentityRegistry(keys=self.registry)
             return {silo_id: registry for silo_id in inbound}
-        if self.may_lie and stage is SecAggSetupStage.LEARN_IDENTITIES and self.registry:
+        if stage is SecAggSetupStage.LEARN_IDENTITIES and self.registry:
             return {}
         raise ProtocolStateError(f"server: set-up stage {stage!r} out of order")
 
