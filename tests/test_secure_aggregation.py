@@ -684,6 +684,9 @@ def test_the_parameter_report_for_summary_json() -> None:
         ({"corrupt_fraction": 1.0}, "protocol.corrupt_fraction", "must be in [0, 1)"),
         ({"corrupt_fraction": -0.1}, "protocol.corrupt_fraction", "must be in [0, 1)"),
         ({"dropout_rate": 1.5}, "protocol.dropout_rate", "must be in [0, 1)"),
+        ({"server": "may_lie", "threshold": 2}, "protocol.threshold", "must exceed half the 5 silos that share"),
+        ({"server": "may_lie", "neighbours": 3, "threshold": 2}, "protocol.threshold", "must exceed half the 4 silos"),
+        ({"server": "malicious"}, "protocol.server", "may_lie"),
     ],
 )
 def test_bad_protocol_settings_name_their_field(protocol, field, allowed) -> None:
