@@ -103,6 +103,8 @@ class _WorkerCalls:
             if silo_id not in self.dropped:
                 by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
         refs = {w: call(self.workers[w], tuple(ids)) for w, ids in by_worker.items()}
+        if not refs:
+            return {}
         answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout)
         answered = set(answered)
         replies, failure = {}, None
