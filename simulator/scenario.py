@@ -332,6 +332,8 @@ class AuditConfig(_Block):
     """Confidence of the empirical lower bound on epsilon."""
     seed: int | None = Field(None, ge=0)
     """Seed of the canaries' inclusion and directions (`null`: derived from the scenario's `seed`)."""
+    view: Literal["final_model", "uploads", "auto"] = "final_model"
+    """What the auditor scores: the `final_model`; each canary's host silo's `uploads` summed over the rounds (what the server sees without secure aggregation; `none`, `dp_sgd`, `rpdp` gradient canaries); `auto`: `uploads` where allowed, else `final_model`."""
 
 
 class MechanismConfig(_Block):
