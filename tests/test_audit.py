@@ -130,7 +130,7 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
 
 @pytest.mark.parametrize("audit_block, mechanism, field", [
     ({"canaries": 1}, {"name": "dp_sgd"}, "audit.canaries"),
-    ({"canaries": 5000}, {"name": "dp_sgd"}, "audit.canaries"),
+    ({"canaries": 5000, "kind": "input"}, {"name": "dp_sgd", "sampling_rate": 0.1}, "audit.canaries"),
     ({"unit": "household"}, {"name": "dp_sgd"}, "audit.unit"),
     ({"kind": "membership"}, {"name": "dp_sgd"}, "audit.kind"),
     ({"unit": "client"}, {"name": "dp_sgd"}, "audit.unit"),

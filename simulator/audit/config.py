@@ -84,6 +84,8 @@ def _capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> in
         return MAX_CANARY_CLIENTS_PER_SILO * scenario.data.silos
     if unit == "user":
         return None if scenario.data.users is None else scenario.data.users.count
+    if scenario.audit.kind == "gradient":  # a gradient canary is a direction inside the mechanism, not a record
+        return None
     limits = [train_records]
     if scenario.data.max_records_per_silo is not None:
         limits.append(scenario.data.max_records_per_silo * scenario.data.silos)
@@ -95,7 +97,7 @@ def _capacity_reason(unit: str) -> str:
     return {
         "client": f"{MAX_CANARY_CLIENTS_PER_SILO} canary clients per silo",
         "user": "one canary per user of data.users.count",
-        "record": "one canary per training record the silos hold",
+        "record": "one input canary per training record the silos hold",
     }[unit]
 
 
