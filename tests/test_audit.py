@@ -148,6 +148,13 @@ def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block,
     assert code == 2 and len(err.splitlines()) == 1 and field in err, err
 
 
+def test_gradient_canary_records_are_not_limited_by_the_records_input_canaries_are(tmp_path, capsys):
+    many = small_scenario(mechanism={"name": "dp_sgd", "sampling_rate": 0.1}, audit={"canaries": 5000})
+    assert validate_scenario(many).audit.canaries == 5000  # more than the silos' records
+    assert main(["validate", *_scenario_file(tmp_path, {**many, "audit": {"canaries": 5000, "kind": "input"}})]) == 2
+    assert "one input canary per training record" in capsys.readouterr().err
+
+
 def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_back(tmp_path, capsys):
     from simulator.audit.config import audit_view
 
