@@ -1,6 +1,9 @@
-"""The README's auditing table: per setting, the claimed epsilon (RDP and, where the mechanism has it, PLD), the
-audit's view, its two lower bounds (Steinke et al.'s counting bound and the Gaussian-DP one of Mahloujifar et al.),
-the counting bound's ceiling (every guess right) and whether the claim is testable below it, the estimate, test accuracy with and without canaries, and the audit's cost against the plain
+"""The README's auditing table: claims, bounds, ceiling, estimate, accuracy and cost per setting.
+
+Per setting: the claimed epsilon (RDP and, where the mechanism has it, PLD), the audit's view, its two lower
+bounds (Steinke et al.'s counting bound and the Gaussian-DP one of Mahloujifar et al.), the counting bound's
+ceiling (every guess right) and whether the claim is testable below it, the estimate, test accuracy with and
+without canaries, and the audit's cost against the plain
 run of the same scenario (runs alternating, in one local Ray session, so both reuse the same warm actors).
 
 Each setting is a shipped scenario with ``--set``-style overrides (see ``SETTINGS``; ``--only NAME`` picks some).
