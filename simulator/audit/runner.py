@@ -1,4 +1,4 @@
-"""``privsilo audit``: run a scenario with canaries and turn the final model into a lower bound on epsilon.
+"""``privsilo audit``: run a scenario with canaries and turn what the server sees into lower bounds on epsilon.
 
 The run is the scenario's own (secure aggregation, client sampling and the mechanism's noise as configured),
 with the audit's canaries hosted by the silos (:mod:`simulator.audit.canaries`). The adversary's view
