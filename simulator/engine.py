@@ -511,10 +511,10 @@ def _user_code_error(scenario: Scenario, exc: ray.exceptions.RayTaskError) -> Sc
     if not isinstance(cause, (UserCodeError, ImportError)):
         return None
     field, value = ("data.dataset", scenario.data.dataset) if scenario.model.builtin else ("model.name", scenario.model.name)
-    hint = ""
-    if scenario.ray.address and "import" in str(cause):
-        hint = (f"; ray.ship_code is '{scenario.ray.ship_code}': set it to 'always' to send the module with the run, "
-                "or install it on every node")
+    hint, mode = "", scenario.ray.ship_code
+    if scenario.ray.address and mode != "always" and "import" in str(cause):
+        hint = (f"; ray.ship_code is '{mode}': set it to 'always' to send the module with the run (or 'auto' for modules "
+                "under the current directory), or install it on every node")
     return ScenarioError(field, value, f"fails in a worker: {type(cause).__name__}: {' '.join(str(cause).split())}{hint}")
 
 
