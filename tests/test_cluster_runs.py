@@ -105,7 +105,7 @@ def head(tmp_path_factory):
 
 def _stop_group(started: subprocess.Popen) -> None:
     """Stop ``ray start`` and every process of its group (it started them all; Ray never moves them out)."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
         try:
             os.killpg(started.pid, sig)
         except ProcessLookupError:
