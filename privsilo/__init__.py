@@ -44,7 +44,7 @@ def run(
     y_test))`` with integer class labels. Either may be omitted (the scenario's own is used). Checked like a
     scenario: problems raise :class:`~simulator.errors.ScenarioError` naming ``model.name`` or ``data.dataset``.
     """
-    raw = scenario.to_dict() if isinstance(scenario, Scenario) else (
+    raw = scenario.explicit_dict() if isinstance(scenario, Scenario) else (
         load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario))
     raw = apply_overrides(raw, list(overrides or []))
     if model is not None:

@@ -96,7 +96,8 @@ def worker_count(*, silos: int, silos_per_actor: int | Literal["auto"], server_c
 
 @contextmanager
 def ray_session(
-    *, address: str | None, demand_for: Callable[[Capacity], ActorDemand], connect_timeout: float
+    *, address: str | None, demand_for: Callable[[Capacity], ActorDemand], connect_timeout: float,
+    ship: tuple[str, ...] = (),
 ) -> Iterator[ActorDemand]:
     """Use the Ray session already open in this process, or open one (and close it afterwards); yield the demand
     ``demand_for`` makes of the session's capacity (how the silos are packed depends on it).
@@ -104,7 +105,8 @@ def ray_session(
     A local session packs the silos into this machine's cores and gets at least as many logical CPUs/GPUs as
     the demand asks for, so that e.g. ten silos with ``num_cpus: 0.5`` and ``silos_per_actor: 1`` are scheduled
     at once on two cores, and silos with a GPU share are scheduled on a machine without a GPU (they then train
-    on the CPU, with a warning). A cluster at ``address`` must offer what the demand asks for.
+    on the CPU, with a warning). A cluster at ``address`` must offer what the demand asks for; the job that joins
+    it ships the users' code ``ship`` to its workers (:mod:`simulator.shipping`).
     """
     import ray
 
@@ -114,7 +116,7 @@ def ray_session(
         yield demand
         return
     if address:
-        join_cluster(address, connect_timeout=connect_timeout)
+        join_cluster(address, connect_timeout=connect_timeout, ship=ship)
         demand = demand_for(cluster_capacity())
     else:
         demand = demand_for(local_capacity())
@@ -129,15 +131,22 @@ def ray_session(
         ray.shutdown()
 
 
-def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:
-    """Connect this process to the Ray cluster at ``address`` (see :func:`check_reachable`); errors name ``field``."""
+def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address", ship: tuple[str, ...] = ()) -> None:
+    """Connect this process to the Ray cluster at ``address`` (see :func:`check_reachable`), as a job whose
+    workers get the users' code ``ship`` (files or package directories); errors name ``field``."""
     import ray
+
+    from simulator.shipping import runtime_env
 
     check_reachable(address, timeout=connect_timeout, field=field)
     try:
-        ray.init(address=address, logging_level="ERROR", configure_logging=True)
+        ray.init(address=address, logging_level="ERROR", configure_logging=True, runtime_env=runtime_env(ship))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ScenarioError(field, address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
+    except Exception as exc:  # uploading the users' code (Ray's packaging: too large, unreadable)
+        if not ship:
+            raise
+        raise ScenarioError("ray.ship_code", ", ".join(ship), f"cannot ship this code to the cluster: {' '.join(str(exc).split())}") from None
 
 
 def check_reachable(address: str, *, timeout: float, field: str = "ray.address") -> None:

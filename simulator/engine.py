@@ -36,7 +36,8 @@ from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
 from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.results import RoundRecord, RunResult
-from simulator.scenario import Scenario, resolve_scenario, validate_scenario
+from simulator.scenario import Scenario, resolve_scenario, with_changes
+from simulator.shipping import code_to_ship
 from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
@@ -76,7 +77,7 @@ def run(
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
     if address:
-        scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
+        scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
@@ -187,7 +188,7 @@ class Federation:
         loading = _in_background(self._load_data)
         demand = self._stack.enter_context(ray_session(
             address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
-            connect_timeout=scenario.ray.connect_timeout,
+            connect_timeout=scenario.ray.connect_timeout, ship=code_to_ship([scenario]),
         ))
         self.packing = pack_silos(scenario.data.silos, demand.workers)
         if self.resume_from is not None and tuple(self.resume_from["packing"]) != self.packing:
@@ -225,8 +226,13 @@ class Federation:
             num_classes=self.dataset.num_classes,
             seed=seeds["server"],
         )
-        infos, construction = _wait_for_workers(hosting)
-        ray.get(opened)
+        try:
+            infos, construction = _wait_for_workers(hosting)
+            ray.get(opened)
+        except ray.exceptions.RayTaskError as exc:
+            if (error := _user_code_error(scenario, exc)) is None:
+                raise
+            raise error from None
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
@@ -349,7 +355,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
     rounds (during the start-up it would slow the driver's own work)."""
     checkpoint = None
     if resume:
-        checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
+        checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict(every_key=True))
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
     t0 = time.perf_counter()
     with Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation:
@@ -394,7 +400,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
                     "accountant": accountant, "records": records, "packing": federation.packing,
                     "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
                     **federation.checkpoint_state(),
-                }, scenario=scenario.to_dict())
+                }, scenario=scenario.to_dict(every_key=True))
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
@@ -517,6 +523,22 @@ def _root_cause(exc: BaseException) -> BaseException:
     while isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None:
         exc = exc.cause
     return exc
+
+
+def _user_code_error(scenario: Scenario, exc: ray.exceptions.RayTaskError) -> ScenarioError | None:
+    """The user's model or dataset failing in a worker (on a cluster: code the workers cannot import), as one line
+    naming the field; None for any other error."""
+    from simulator.user_code import UserCodeError
+
+    cause = _root_cause(exc)
+    if not isinstance(cause, (UserCodeError, ImportError)):
+        return None
+    field, value = ("data.dataset", scenario.data.dataset) if scenario.model.builtin else ("model.name", scenario.model.name)
+    hint, mode = "", scenario.ray.ship_code
+    if scenario.ray.address and mode != "always" and "import" in str(cause):
+        hint = (f"; ray.ship_code is '{mode}': set it to 'always' to send the module with the run (or 'auto' for modules "
+                "under the current directory), or install it on every node")
+    return ScenarioError(field, value, f"fails in a worker: {type(cause).__name__}: {' '.join(str(cause).split())}{hint}")
 
 
 def _overflow_as_scenario_error(scenario: Scenario, error: EncodingOverflowError) -> ScenarioError:

@@ -152,10 +152,11 @@ def test_resume_refuses_another_scenario(ray_local, tmp_path):
     scenario["federation"]["rounds"] = 1
     run(scenario, checkpoint_dir=tmp_path)
     for key, value, field in [("seed", 1, "seed"), ("federation", {**scenario["federation"], "rounds": 2}, "federation.rounds"),
-                              ("mechanism", MECHANISMS["dp_sgd"][0], "mechanism.name")]:
+                              ("mechanism", MECHANISMS["dp_sgd"][0], "mechanism.name"),
+                              ("federation", {**scenario["federation"], "proximal_mu": 0.1}, "federation.proximal_mu")]:
         with pytest.raises(ScenarioError) as error:
             run({**scenario, key: value}, checkpoint_dir=tmp_path, resume=True)
-        assert str(error.value).startswith(field)
+        assert str(error.value).startswith(field) and "None" not in str(error.value)  # a default is named by its value
     data = (tmp_path / CHECKPOINT_FILE).read_bytes()
     (tmp_path / CHECKPOINT_FILE).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit flipped
     with pytest.raises(CheckpointError, match="corrupt or half-written.*not loaded"):

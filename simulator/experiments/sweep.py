@@ -44,6 +44,7 @@ from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.output_dirs import RUNS_ROOT, new_directory, removed_if_unused
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from simulator.shipping import code_to_ship
 from simulator.experiments.journal import SweepJournal, latest_unfinished, scenario_key
 from simulator.experiments.results import SweepRun
 
@@ -231,7 +232,8 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
         def demand_for(capacity: Capacity) -> ActorDemand:
             return ActorDemand.covering(resources_needed(scenario, capacity) for _, (_, _, scenario) in pending)
 
-        session = ray_session(address=address or jobs[0][2].ray.address, demand_for=demand_for, connect_timeout=jobs[0][2].ray.connect_timeout)
+        session = ray_session(address=address or jobs[0][2].ray.address, demand_for=demand_for, connect_timeout=jobs[0][2].ray.connect_timeout,
+                              ship=code_to_ship(scenario for _, (_, _, scenario) in pending))
         with session:
             bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
             for key, (labels, seed, scenario) in bar:
