@@ -110,6 +110,7 @@ def measure(device: torch.device, *, repeats: int, steps: tuple[int, int], threa
     features = torch.tensor(dataset.x_train[records], device=device)
     labels = torch.tensor(dataset.y_train[records], device=device)
     torch.set_num_threads(threads)
+    print(f"[{device}] medians of {repeats} after a warm-up; {threads} torch thread(s) in process", flush=True)
 
     plain = plain_pytorch_step(features, labels, device)
     plain_step = median_time(lambda: [plain() for _ in range(extra)], device, repeats) / extra
@@ -119,6 +120,8 @@ def measure(device: torch.device, *, repeats: int, steps: tuple[int, int], threa
     own_step = median_time(lambda: noisy_sgd_steps(
         model, features=features, labels=labels, rates=BATCH / len(records), steps=extra, max_grad_norm=CLIP,
         noise_multiplier=SIGMA, lr=LR, generator=generator, divisor=float(BATCH)), device, repeats) / extra
+    print(f"  plain PyTorch DP-SGD step {plain_step * 1e3:.2f} ms; privsilo's step in a plain loop {own_step * 1e3:.2f} ms",
+          flush=True)
 
     initial = _initial_state(raw[few], dataset, seeds["init"])
     in_process = {}
@@ -129,10 +132,14 @@ def measure(device: torch.device, *, repeats: int, steps: tuple[int, int], threa
         broadcast = RoundBroadcast(round_index=0, participants=(0,), state=initial)
         in_process[s] = median_time(lambda: silo.train(broadcast), device, repeats)
     silo_step = (in_process[many] - in_process[few]) / extra
+    print(f"  in process: rounds of {few} / {many} steps {in_process[few]:.3f} / {in_process[many]:.3f} s, "
+          f"marginal step {silo_step * 1e3:.2f} ms = {silo_step / own_step:.2f}x privsilo's plain loop, "
+          f"{silo_step / plain_step:.2f}x plain PyTorch", flush=True)
 
     test_features = torch.tensor(dataset.x_test, device=device)
     test_labels = torch.tensor(dataset.y_test, device=device)
     evaluation = median_time(lambda: evaluate_model(model, initial[0], features=test_features, labels=test_labels), device, repeats)
+    print(f"  evaluation of {len(test_labels)} test records in process {evaluation:.3f} s", flush=True)
 
     rounds = {}
     for s in steps:
@@ -145,17 +152,10 @@ def measure(device: torch.device, *, repeats: int, steps: tuple[int, int], threa
             placement = federation.placement[0].device
         rounds[s] = statistics.median(times[1:])
     run_step = (rounds[many] - rounds[few]) / extra
-
-    print(f"[{device}] silo on {placement}; medians of {repeats} after a warm-up; {threads} torch thread(s) in process")
-    print(f"  plain PyTorch DP-SGD step {plain_step * 1e3:.2f} ms; privsilo's step in a plain loop {own_step * 1e3:.2f} ms")
-    print(f"  in process: rounds of {few} / {many} steps {in_process[few]:.3f} / {in_process[many]:.3f} s, "
-          f"marginal step {silo_step * 1e3:.2f} ms = {silo_step / own_step:.2f}x privsilo's plain loop, "
-          f"{silo_step / plain_step:.2f}x plain PyTorch")
-    print(f"  one-silo run: rounds of {few} / {many} steps {rounds[few]:.3f} / {rounds[many]:.3f} s, "
+    print(f"  one-silo run (silo on {placement}): rounds of {few} / {many} steps {rounds[few]:.3f} / {rounds[many]:.3f} s, "
           f"marginal step {run_step * 1e3:.2f} ms = {run_step / own_step:.2f}x privsilo's plain loop (CPU goal <= 1.25), "
           f"{run_step / plain_step:.2f}x plain PyTorch (GPU goal <= 2)")
-    print(f"  evaluation of {len(test_labels)} test records {evaluation:.3f} s; a {few}-step round - evaluation = "
-          f"{rounds[few] - evaluation:.3f} s (CPU goal <= 2.5 s)", flush=True)
+    print(f"  a {few}-step round - evaluation = {rounds[few] - evaluation:.3f} s (CPU goal <= 2.5 s)", flush=True)
 
 
 def main() -> None:
