@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, Iterable, Iterator, Literal
 
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.ray_watchdog import RayWatchdog
 
 # RFC 9113, Sec. 3.4: the client's connection preface, then an empty SETTINGS frame (9-byte frame header:
 # length 0, type 0x4, no flags, stream 0). A server's first frame must be SETTINGS.
@@ -120,15 +121,32 @@ def ray_session(
         demand = demand_for(cluster_capacity())
     else:
         demand = demand_for(local_capacity())
-        cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
-        gpus = math.ceil(demand.gpus) if demand.gpus else None
-        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        watchdog = _start_local_ray(demand)
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
     finally:
         ray.shutdown()
+        if not address:
+            watchdog.close()
+
+
+def _start_local_ray(demand: ActorDemand) -> RayWatchdog:
+    """Start a local Ray sized for ``demand``, watched so that it ends with this process however that ends
+    (:mod:`simulator.ray_watchdog`)."""
+    import ray
+
+    cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
+    gpus = math.ceil(demand.gpus) if demand.gpus else None
+    watchdog = RayWatchdog.start()
+    try:
+        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
+        context = ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+    except BaseException:
+        watchdog.close()
+        raise
+    watchdog.watch(context.address_info["session_dir"])
+    return watchdog
 
 
 def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address", ship: tuple[str, ...] = ()) -> None:

@@ -9,9 +9,9 @@ import math
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -30,11 +30,13 @@ from simulator.data.sources import scenario_dataset
 from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
-from simulator.checkpoint import read_checkpoint, write_checkpoint
+from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
 from simulator.personalisation.evaluation import personalised_evaluator
+from simulator.run_directory import clear, settle
+from simulator.run_lock import locked
 from simulator.results import RoundRecord, RunResult
 from simulator.scenario import Scenario, resolve_scenario, with_changes
 from simulator.shipping import code_to_ship
@@ -61,18 +63,21 @@ def run(
     checkpoint_dir: str | Path | None = None,
     canaries: Mapping[int, SiloCanaries] | None = None,
     on_round: Callable[["Federation"], None] | None = None,
+    tracking_dir: str | Path | None = None,
 ) -> RunResult:
-    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
-    with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
+    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
+    empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
+    (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
     summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see :mod:`simulator.checkpoint`). ``canaries``: an audit's canaries by host silo (see
-    :mod:`simulator.audit`); ``on_round``: called with the federation after each round (an audit reading what the
-    server received, ``server_inbox()``)."""
+    interrupted (see :mod:`simulator.checkpoint`). Both directories are locked for the run
+    (:mod:`simulator.run_lock`), and the run finishes in one step (:mod:`simulator.run_directory`).
+    ``canaries``: an audit's canaries by host silo (see :mod:`simulator.audit`); ``on_round``: called with the
+    federation after each round (an audit reading what the server received, ``server_inbox()``)."""
     from simulator.invocation import invocation as api_invocation
-    from simulator.tracking import check_trackers
+    from simulator.tracking import TENSORBOARD_DIR, check_trackers
 
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
@@ -81,13 +86,55 @@ def run(
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
-    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
-                  import_reports=out_dir is not None, canaries=canaries, on_round=on_round)
-    if out_dir is not None:
-        from simulator.reports import write_run  # imported during the rounds
+    invocation = invocation or api_invocation(None, overrides)
+    if tracking_dir is None and out_dir is not None:
+        tracking_dir = Path(out_dir) / TENSORBOARD_DIR
+    output = LiveOutput(fresh=None if resume or out_dir is None else Path(out_dir), log=log if tracking_dir else (),
+                        tracking_dir=tracking_dir, resume_with={"overrides": list(invocation["overrides"]), "log": list(log),
+                                                          "scenario": scenario.explicit_dict()})
+    with ExitStack() as held:
+        for directory in dict.fromkeys(Path(d) for d in (out_dir, checkpoints) if d is not None):
+            held.enter_context(locked(directory))
+        if out_dir is not None:
+            settle(Path(out_dir))
+        result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints),
+                      resume=resume, import_reports=out_dir is not None, canaries=canaries, on_round=on_round, output=output)
+        if out_dir is not None:
+            from simulator.reports import write_run  # imported during the rounds
 
-        write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
+            write_run(result, Path(out_dir), invocation=invocation)
     return result
+
+
+class LiveOutput:
+    """What a run writes while it runs, besides checkpoints: once its federation is ready, a fresh run empties its
+    output directory ``fresh``; then each round's metrics go to the trackers in ``log`` (into ``tracking_dir``)
+    as the round ends. ``resume_with`` goes into every checkpoint's header (:func:`write_checkpoint`)."""
+
+    def __init__(self, *, fresh: Path | None = None, log: Sequence[str] = (), tracking_dir: str | Path | None = None,
+                 resume_with: Mapping[str, Any] | None = None) -> None:
+        self.fresh, self.log, self.tracking_dir = fresh, tuple(log), tracking_dir
+        self.resume_with = dict(resume_with or {})
+        self.trackers: list[Any] = []
+
+    @contextmanager
+    def open(self, *, first_round: int) -> Iterator[LiveOutput]:
+        """Empty ``fresh`` and open the trackers, logging from round ``first_round`` (0-based) on."""
+        from simulator.tracking import open_trackers
+
+        if self.fresh is not None:
+            clear(self.fresh)
+        if self.log:
+            self.trackers = open_trackers(self.log, Path(self.tracking_dir), first_step=first_round + 1)
+        try:
+            yield self
+        finally:
+            for tracker in self.trackers:
+                tracker.close()
+
+    def round_done(self, record: RoundRecord) -> None:
+        for tracker in self.trackers:
+            tracker.write(record.report.round_index + 1, record)
 
 
 def _reports_module() -> None:
@@ -346,19 +393,30 @@ class Federation:
         return ray.get(self.server.global_state.remote())
 
 
+# What a run's checkpoint holds (besides the federation's snapshots), by name and type: a file of the right format
+# and digest without them is not a run's checkpoint and is refused before anything is started from it.
+CHECKPOINT_PARTS: dict[str, type | tuple[type, ...]] = {
+    "accountant": PrivacyAccountant, "records": list, "packing": (tuple, list), "evaluator": (tuple, type(None)),
+    "server": bytes, "silos": dict,
+}
+
+
 def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
          import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None,
-         on_round: Callable[[Federation], None] | None = None) -> RunResult:
+         on_round: Callable[[Federation], None] | None = None, output: LiveOutput | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
     the run continues from the checkpoint there (see :mod:`simulator.checkpoint`). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
-    rounds (during the start-up it would slow the driver's own work)."""
+    rounds (during the start-up it would slow the driver's own work). ``output``: what the run writes as it goes."""
     checkpoint = None
     if resume:
         checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict(every_key=True))
+        check_parts(checkpoint, CHECKPOINT_PARTS, directory=checkpoint_dir)
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
+    output = output or LiveOutput()
     t0 = time.perf_counter()
-    with Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation:
+    with (Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation,
+          output.open(first_round=0 if checkpoint is None else len(checkpoint["records"]))):
         if import_reports:
             _in_background(_reports_module)
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
@@ -395,12 +453,13 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
                 )
             )
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
+            output.round_done(records[-1])
             if every and (round_index + 1) % every == 0:
                 write_checkpoint(checkpoint_dir, {
                     "accountant": accountant, "records": records, "packing": federation.packing,
                     "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
                     **federation.checkpoint_state(),
-                }, scenario=scenario.to_dict(every_key=True))
+                }, scenario=scenario.to_dict(every_key=True), resume_with=output.resume_with)
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
