@@ -177,7 +177,7 @@ def test_resume_with_overwrite_and_a_checkpoint_of_another_structure_are_refused
     from simulator.scenario import resolve_scenario
 
     # A valid digest and header, but not a run's state (what a KeyError once reported).
-    write_checkpoint(out, {"records": []}, scenario=resolve_scenario(scenario_file).to_dict())
+    write_checkpoint(out, {"records": []}, scenario=resolve_scenario(scenario_file).to_dict(every_key=True))
     assert main(["resume", str(out), "--no-progress"]) == EXIT_USER_ERROR
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "not a checkpoint of a privsilo run" in line and "'accountant'" in line
