@@ -1,7 +1,7 @@
 """The round loop: builds the federation of Ray actors for a scenario, runs it and collects the results.
 
-``run(scenario)`` is the Python form of ``privsilo run``: it returns a :class:`RunResult` and, given
-``out_dir``, writes the run's files there atomically (see :mod:`simulator.reports`).
+``run(scenario)`` is the Python form of ``privsilo run``: it returns a [`RunResult`][simulator.engine.RunResult] and, given
+``out_dir``, writes the run's files there atomically (see ``simulator.reports``).
 """
 from __future__ import annotations
 
@@ -62,17 +62,20 @@ def run(
 ) -> RunResult:
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
     with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`).
+    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see :mod:`simulator.checkpoint`). ``canaries``: an audit's canaries by host silo (see
-    :mod:`simulator.audit`)."""
+    interrupted (see ``simulator.checkpoint``). ``canaries``: an audit's canaries by host silo (see
+    ``simulator.audit``)."""
     from simulator.invocation import invocation as api_invocation
     from simulator.tracking import check_trackers
 
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
+    if scenario.audit is not None and canaries is None:
+        raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
+                            "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
     if address:
         scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
@@ -88,7 +91,7 @@ def run(
 
 
 def _reports_module() -> None:
-    """Import :mod:`simulator.reports` (and so matplotlib)."""
+    """Import ``simulator.reports`` (and so matplotlib)."""
     from simulator import reports  # noqa: F401
 
 
@@ -153,7 +156,7 @@ class Federation:
         canaries: Mapping[int, SiloCanaries] | None = None,
     ) -> None:
         """``snapshots``: the silos keep snapshots in a vault (always with injected crashes; needed for
-        checkpoints); ``resume_from``: a checkpoint (:mod:`simulator.checkpoint`) whose state the federation
+        checkpoints); ``resume_from``: a checkpoint (``simulator.checkpoint``) whose state the federation
         takes instead of running the protocol set-up; ``canaries``: an audit's canaries by host silo."""
         self.scenario = resolve_scenario(scenario)
         self.resume_from = resume_from
@@ -262,7 +265,7 @@ class Federation:
 
     def recover(self, crashed_workers: Sequence[int]) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
-        again and replaces each by its latest snapshot (see :mod:`simulator.snapshots`)."""
+        again and replaces each by its latest snapshot (see ``simulator.snapshots``)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
             raise PrivsiloError(
                 f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
@@ -278,7 +281,7 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
+        """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
         pool = pool_for(self.scenario.ray)
@@ -307,11 +310,11 @@ class Federation:
 
     def watch_inputs(self, silo_ids: Sequence[int]) -> None:
         """Measurement only, for attack reports (never the server): the named silos note which of their records
-        local training feeds to the model from now on (see :meth:`watched_records`)."""
+        local training feeds to the model from now on (see [`watched_records`][simulator.engine.Federation.watched_records])."""
         ray.get([self.workers[w].watch_inputs.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
 
     def watched_records(self, silo_ids: Sequence[int]) -> dict[int, list[np.ndarray]]:
-        """Per named silo, the record ids its local training fed to the model since :meth:`watch_inputs`."""
+        """Per named silo, the record ids its local training fed to the model since [`watch_inputs`][simulator.engine.Federation.watch_inputs]."""
         replies = ray.get([self.workers[w].watched_records.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
         return {silo: records for reply in replies for silo, records in reply.items()}
 
@@ -338,7 +341,7 @@ class Federation:
 def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
          import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
-    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`). ``import_reports``: import
+    the run continues from the checkpoint there (see ``simulator.checkpoint``). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
     rounds (during the start-up it would slow the driver's own work)."""
     checkpoint = None
