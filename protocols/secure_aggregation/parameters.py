@@ -170,7 +170,7 @@ def round_parameters(
 ) -> RoundParameters:
     """Degree, threshold and share-set size for a round of ``n`` participants.
 
-    ``neighbours``: ``"all"`` (complete graph), ``"auto"`` (:func:`auto_parameters`; ``threshold`` must be
+    ``neighbours``: ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
     ``None``) or ``K >= 1`` (``H(n, K)``, complete once ``K >= n - 1``). ``threshold`` ``None`` is a majority of
     the share set. Raises ``ValueError`` for parameters no round of ``n`` can run safely: a threshold below 2 (one
     share would be the secret) or above the share set (nothing could ever be recovered).
@@ -210,7 +210,7 @@ def parameter_report(
 
 @dataclass(frozen=True)
 class GraphSettings:
-    """One side's configuration of the graph and threshold; :meth:`for_round` resolves it for a round of ``n``
+    """One side's configuration of the graph and threshold; [`for_round`][protocols.secure_aggregation.parameters.GraphSettings.for_round] resolves it for a round of ``n``
     participants (both sides resolve it alike, and a silo refuses a round whose relayed threshold differs)."""
 
     neighbours: Neighbours = "all"
@@ -223,7 +223,7 @@ class GraphSettings:
         _counts(1, self.corrupt_fraction, self.dropout_rate)
 
     def for_round(self, n: int) -> RoundParameters:
-        """:func:`round_parameters` for ``n`` participants (``ValueError`` if no safe parameters exist)."""
+        """``round_parameters`` for ``n`` participants (``ValueError`` if no safe parameters exist)."""
         return round_parameters(
             n, neighbours=self.neighbours, threshold=self.threshold,
             corrupt_fraction=self.corrupt_fraction, dropout_rate=self.dropout_rate,

@@ -62,7 +62,7 @@ def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
     """The secret behind ``threshold`` of ``shares`` (the first ones; more would only cost time).
 
     The result is ``Shamir.combine``'s (the tests compare them), computed as ``sum_j y_j l_j(0)`` with each share
-    set's Lagrange coefficients ``l_j(0)`` worked out once (:func:`_lagrange_at_zero`): a server recovers one seed
+    set's Lagrange coefficients ``l_j(0)`` worked out once (``_lagrange_at_zero``): a server recovers one seed
     per silo every round, mostly from the same share indices, and ``combine`` spends nearly all its time on the
     coefficients' inverses in GF(2^128). The field arithmetic is pycryptodome's own (its ``_Element``)."""
     if len(shares) < threshold:

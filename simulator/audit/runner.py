@@ -1,10 +1,10 @@
 """``privsilo audit``: run a scenario with canaries and turn the final model into a lower bound on epsilon.
 
 The run is the scenario's own (secure aggregation, client sampling and the mechanism's noise as configured),
-with the audit's canaries hosted by the silos (:mod:`simulator.audit.canaries`). The adversary's view is the
+with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view is the
 final global model only, the weakest of the threat model's server views, so a bound holds for every stronger one.
 Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound and
-Andrew et al.'s Gaussian-fit estimate (:mod:`simulator.audit.bounds`).
+Andrew et al.'s Gaussian-fit estimate ([`simulator.audit.bounds`][simulator.audit.bounds]).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, cl
 
 
 def _scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
-    """Every canary's score from the final model(s) (higher: more likely included; see :mod:`simulator.audit.canaries`):
+    """Every canary's score from the final model(s) (higher: more likely included; see ``simulator.audit.canaries``):
     with several hypotheses (IFCA) a canary's largest over them, a function of the final models only."""
     import torch
 
