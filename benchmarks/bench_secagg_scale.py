@@ -15,7 +15,7 @@ decoding, and the bytes the server received in the round (pickled sizes of every
 ``ServerActor.last_round_view()``). ``all`` is skipped above ``--all-up-to`` silos.
 
     PYTHONPATH=. python benchmarks/bench_secagg_scale.py [--silos 10 100 1000] [--graphs none auto all]
-        [--repeats 3] [--all-up-to 1000] [--local-steps 20]
+        [--repeats 3] [--all-up-to 1000] [--local-steps 20]   (a graph may end in :may_lie, e.g. auto:may_lie)
 """
 from __future__ import annotations
 
@@ -31,8 +31,11 @@ KEY_STAGES = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES")
 
 
 def scenario(silos: int, graph: str, *, local_steps: int) -> dict:
+    """``graph``: ``none``, ``all``, ``auto`` or K, optionally with ``:may_lie`` (signed keys, consistency round)."""
+    neighbours, _, server = graph.partition(":")
     protocol = {"secure_aggregation": False} if graph == "none" else {
-        "secure_aggregation": True, "neighbours": graph if graph in ("all", "auto") else int(graph)}
+        "secure_aggregation": True, "neighbours": neighbours if neighbours in ("all", "auto") else int(neighbours),
+        **({"server": server} if server else {})}
     return {
         "name": f"secagg_scale_{silos}_{graph}",
         "seed": 0,
@@ -72,7 +75,8 @@ def measure(silos: int, graph: str, *, local_steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--silos", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--graphs", nargs="+", default=["none", "auto", "all"], help="none, all, auto or a number K")
+    parser.add_argument("--graphs", nargs="+", default=["none", "auto", "all"], help="none, all, auto or a number K; "
+                        "append :may_lie for silos that assume a server that may lie (e.g. auto:may_lie)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-up-to", type=int, default=1000)
     parser.add_argument("--local-steps", type=int, default=20)
@@ -82,7 +86,7 @@ def main() -> None:
     rows = []
     with local_ray(2):
         for silos in args.silos:
-            graphs = [g for g in args.graphs if not (g == "all" and silos > args.all_up_to)]
+            graphs = [g for g in args.graphs if not (g.startswith("all") and silos > args.all_up_to)]
             runs: dict[str, list[dict]] = {g: [] for g in graphs}
             for repeat in range(args.repeats):
                 for graph in graphs:

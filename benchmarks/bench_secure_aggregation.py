@@ -19,7 +19,7 @@ CPU seconds rather than wall time: the machine is shared and silos would run in 
 work done. No absolute-time claims: compare the rows and the ratios.
 
     nice -n 10 python benchmarks/bench_secure_aggregation.py [--sizes 10 100 1000] [--dropouts 0 0.1 0.3]
-        [--length 7850] [--repeats 3] [--all-up-to 100]
+        [--length 7850] [--repeats 3] [--all-up-to 100] [--servers honest_but_curious may_lie]
 """
 from __future__ import annotations
 
@@ -95,11 +95,17 @@ def size(message: object) -> int:
     return 0 if message is None else len(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def secure_round(n: int, neighbours: str, dropout: float, vectors: np.ndarray, codec: FixedPointCodec, seed: int) -> dict:
-    """One round with ``dropout * n`` silos vanishing, spread over the steps; CPU seconds by side and part."""
+def secure_round(n: int, neighbours: str, dropout: float, vectors: np.ndarray, codec: FixedPointCodec, seed: int,
+                 trust: str = "honest_but_curious") -> dict:
+    """One round with ``dropout * n`` silos vanishing, spread over the steps; CPU seconds by side and part. With
+    ``trust="may_lie"`` the identity keys are registered first (not counted: a run's set-up) and the round takes
+    the consistency round."""
     fractions = {"dropout_rate": dropout} if neighbours == "auto" else {}
-    silos = {i: SecAggSilo(i, codec=codec, neighbours=neighbours, **fractions) for i in range(n)}
-    server = SecAggServer(codec=codec, neighbours=neighbours, public_seed=seed, **fractions)
+    silos = {i: SecAggSilo(i, codec=codec, neighbours=neighbours, server=trust, **fractions) for i in range(n)}
+    server = SecAggServer(codec=codec, neighbours=neighbours, server=trust, **fractions)
+    registry: dict = {}
+    for stage in server.setup_stages:
+        registry = server.relay(stage, {i: silo.setup_reply(stage, registry.get(i)) for i, silo in silos.items()})
     rng = np.random.default_rng(seed)
     dropped = rng.choice(n, size=round(dropout * n), replace=False)
     drops = {int(silo): STEPS[k % len(STEPS)] for k, silo in enumerate(dropped)}
@@ -137,6 +143,8 @@ def secure_round(n: int, neighbours: str, dropout: float, vectors: np.ndarray, c
             messages = on_silos("protect", lambda i: silos[i].protect(vectors[i], round_index=0, participants=participants), alive)
             requests = on_server(lambda: dict(server.unmask_requests(messages, round_index=0)))
             replies = on_silos("unmask", lambda i: silos[i].unmask_reply(requests[i], round_index=0), requests)
+            while requests := on_server(lambda: dict(server.unmask_follow_up(replies, round_index=0))):
+                replies = on_silos("unmask", lambda i: silos[i].unmask_reply(requests[i], round_index=0), requests)
             on_server(lambda: server.combine(messages, round_index=0, participants=tuple(sorted(messages)), unmasking=replies))
             abandoned = False
         except RoundAbandoned:
@@ -158,11 +166,11 @@ def plain_round(vectors: np.ndarray) -> float:
     return time.process_time() - started
 
 
-def graph_label(n: int, neighbours: str, dropout: float) -> str:
+def graph_label(n: int, neighbours: str, dropout: float, trust: str) -> str:
     if neighbours == "auto":
-        chosen = auto_parameters(n, dropout_rate=dropout)[0]
+        chosen = auto_parameters(n, dropout_rate=dropout, server=trust)[0]
     else:
-        chosen = round_parameters(n, neighbours=neighbours, threshold=None)
+        chosen = round_parameters(n, neighbours=neighbours, threshold=None, server=trust)
     return f"{'all' if chosen.degree is None else f'K={chosen.degree}'} t={chosen.threshold}"
 
 
@@ -173,6 +181,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=7850)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-up-to", type=int, default=100)
+    parser.add_argument("--servers", nargs="+", default=["honest_but_curious"], choices=["honest_but_curious", "may_lie"],
+                        help="what the silos assume of the server (may_lie: signed keys and the consistency round)")
     args = parser.parse_args()
     print(f"vector length {args.length}; medians of {args.repeats} rounds; CPU seconds summed over all silos + server")
     header = ("n", "graph", "setting", "drop", "silos s", "server s", "total s", "x plain", "server MB",
@@ -181,7 +191,7 @@ def main() -> None:
     for n in args.sizes:
         codec = FixedPointCodec(max_summands=n)
         vectors = np.random.default_rng(n).normal(size=(n, args.length))
-        for neighbours in ("all", "auto"):
+        for neighbours, trust in [(g, t) for g in ("all", "auto") for t in args.servers]:
             if neighbours == "all" and n > args.all_up_to:
                 print(f"{n} | all | (skipped: n > --all-up-to {args.all_up_to})")
                 continue
@@ -189,12 +199,13 @@ def main() -> None:
                 runs, plains = [], []
                 for repeat in range(args.repeats):
                     plains.append(plain_round(vectors))
-                    runs.append(secure_round(n, neighbours, dropout, vectors, codec, seed=repeat))
+                    runs.append(secure_round(n, neighbours, dropout, vectors, codec, seed=repeat, trust=trust))
                 median = {key: statistics.median(run[key] for run in runs) for key in ("silos", "server", "total", "bytes")}
                 parts = {part: statistics.median(run["parts"][part] / run["total"] for run in runs) for part in PARTS}
                 ratio = median["total"] / max(statistics.median(plains), 1e-9)
                 print(" | ".join([
-                    str(n), neighbours, graph_label(n, neighbours, dropout), f"{dropout:.0%}",
+                    str(n), neighbours if trust == "honest_but_curious" else f"{neighbours}, may_lie",
+                    graph_label(n, neighbours, dropout, trust), f"{dropout:.0%}",
                     f"{median['silos']:.3g}", f"{median['server']:.3g}", f"{median['total']:.3g}", f"{ratio:.3g}",
                     f"{median['bytes'] / 1e6:.3g}", *(f"{100 * parts[part]:.0f}" for part in PARTS),
                     f"{sum(run['abandoned'] for run in runs)}/{len(runs)}",

@@ -31,7 +31,7 @@ def main() -> None:
     length = model_to_vector(build_scenario_model(model, feature_shape=(64,), num_classes=10)).size
     codec = FixedPointCodec(fractional_bits=24, max_summands=n)
     silos = {i: SecAggSilo(i, codec=codec, neighbours="auto") for i in range(n)}
-    server = SecAggServer(codec=codec, neighbours="auto", public_seed=0)
+    server = SecAggServer(codec=codec, neighbours="auto")
     print(f"{n} silos, vectors of {length} entries, {auto_parameters(n)[0]}")
     vectors = np.random.default_rng(0).normal(scale=0.01, size=(n, length))
     participants = tuple(range(n))

@@ -21,6 +21,8 @@ silos that have not crashed yet; a silo may crash at any step, and the protocol 
     messages = {i: silos[i].protect(vector_i, round_index=r, participants=P) for i in alive}
     requests = server.unmask_requests(messages, round_index=r)          # {}: nothing to ask
     replies = {i: silos[i].unmask_reply(requests[i], round_index=r) for i in requests if i in alive}
+    while requests := server.unmask_follow_up(replies, round_index=r):  # e.g. after a consistency round
+        replies = {i: silos[i].unmask_reply(requests[i], round_index=r) for i in requests if i in alive}
     total = server.combine(messages, round_index=r, participants=tuple(sorted(messages)), unmasking=replies)
 
 ``combine`` returns the sum of the vectors of every silo whose upload arrived (``participants``), or raises
@@ -94,6 +96,11 @@ class ServerProtocol(ABC):
 
     def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
         """Given the uploads that arrived, what each silo must send back before ``combine`` (default: nothing)."""
+        return {}
+
+    def unmask_follow_up(self, replies: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
+        """Given the answers to the last requests after the uploads, the next request to each silo, or ``{}``
+        when ``combine`` can go on with these answers (default: one exchange)."""
         return {}
 
     @abstractmethod

@@ -36,14 +36,14 @@ SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer"
 CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
 
 
-def _server_protocol(config: ProtocolConfig, *, num_silos: int, public_seed: int = 0) -> ServerProtocol:
-    """The server's protocol; ``public_seed`` is the public randomness of secure aggregation's graphs."""
+def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
+    """The server's protocol."""
     if config.secure_aggregation:
         codec = secure_aggregation_codec(config, num_silos=num_silos)
         return SecAggServer(
             codec=codec, min_participants=config.min_participants, threshold=config.threshold,
             neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
-            public_seed=public_seed,
+            federation=num_silos, server=config.server,
         )
     return PlainSumServer()
 
@@ -77,18 +77,23 @@ def sample_participants(
 
 
 class _WorkerCalls:
-    """One round's calls to the silo workers, and which of them died (an injected or real crash of the process).
+    """One round's calls to the silo workers, and which of them died (an injected or real crash of the process)
+    or did not answer within ``timeout`` seconds (a straggler, killed so that Ray restarts it: a crash).
 
-    ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them, and drops
-    the silos of a worker whose process died from the rest of the round. Every reply is retrieved before a task's
-    own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to print the others as "unhandled
-    error" tracebacks).
+    ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them (at most
+    ``timeout``), and drops the silos of a worker that died or straggled from the rest of the round. Every reply
+    is retrieved before a task's own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to
+    print the others as "unhandled error" tracebacks).
     """
 
-    def __init__(self, workers: Sequence[Any], host_of: Mapping[int, int]) -> None:
-        self.workers, self.host_of = workers, host_of
+    def __init__(self, workers: Sequence[Any], host_of: Mapping[int, int], *, timeout: float | None = None) -> None:
+        self.workers, self.host_of, self.timeout = workers, host_of, timeout
         self.crashed: set[int] = set()
         self.dropped: set[int] = set()
+
+    def _drop(self, worker: int) -> None:
+        self.crashed.add(worker)
+        self.dropped |= {silo for silo, host in self.host_of.items() if host == worker}
 
     def each(self, silo_ids: Sequence[int], call: Any) -> dict[int, Any]:
         """``call(worker, ids)`` for every live worker hosting some of ``silo_ids``; the workers' replies (each a
@@ -98,13 +103,20 @@ class _WorkerCalls:
             if silo_id not in self.dropped:
                 by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
         refs = {w: call(self.workers[w], tuple(ids)) for w, ids in by_worker.items()}
+        if not refs:
+            return {}
+        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout)
+        answered = set(answered)
         replies, failure = {}, None
         for w, ref in refs.items():
+            if ref not in answered:  # a straggler: its answer is never read, its process restarted
+                ray.kill(self.workers[w], no_restart=False)
+                self._drop(w)
+                continue
             try:
                 replies[w] = ray.get(ref)
             except ray.exceptions.RayActorError:
-                self.crashed.add(w)
-                self.dropped |= {silo for silo, host in self.host_of.items() if host == w}
+                self._drop(w)
             except ray.exceptions.RayTaskError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -286,6 +298,7 @@ class ServerActor:
         self.host_of = {silo_id: index for index, (_, hosted) in enumerate(workers) for silo_id in hosted}
         self.num_silos = len(self.host_of)
         self.client_rate = scenario.federation.client_rate
+        self.round_timeout = scenario.federation.round_timeout
         self.min_participants = scenario.protocol.min_participants
         self.rng = np.random.default_rng(seed)
         # secure mode: the round plan (ULDP's user sample) must not follow from the seed; client sampling stays seeded
@@ -300,7 +313,7 @@ class ServerActor:
         self.protocol = mechanism.server_protocol(
             num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
             fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
-        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos, public_seed=seed)
+        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
         # the scenario refuses secure aggregation for these, so the protocol is plain summation
         self.individual = type(mechanism).needs_individual_contributions
         optimizer = scenario.federation.server_optimizer
@@ -341,7 +354,7 @@ class ServerActor:
             self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
         self.uploads, self.view = {}, {}
-        calls = _WorkerCalls(self.workers, self.host_of)
+        calls = _WorkerCalls(self.workers, self.host_of, timeout=self.round_timeout)
         combine_seconds, abandoned = 0.0, False
         if participants:
             try:
@@ -394,6 +407,10 @@ class ServerActor:
         if requests or self.finish_always:
             unmasking = calls.each(uploaded, lambda worker, ids: worker.finish_round.remote(
                 {i: requests.get(i) for i in ids}, round_index=round_index))
+            while requests := self.protocol.unmask_follow_up(unmasking, round_index=round_index):  # consistency round
+                self.view["consistency"] = unmasking
+                unmasking = calls.each(tuple(requests), lambda worker, ids: worker.finish_round.remote(
+                    {i: requests[i] for i in ids}, round_index=round_index))
             self.view["unmasking"] = unmasking
         combining = time.perf_counter()
         if self.individual:
@@ -434,7 +451,8 @@ class ServerActor:
 
     def last_round_view(self) -> dict[Any, Any]:
         """Everything the server received in the last round (what an honest-but-curious server sees): each
-        per-round protocol stage's replies, ``"uploads"``, and ``"unmasking"`` (the answers after the uploads)."""
+        per-round protocol stage's replies, ``"uploads"``, ``"consistency"`` (the signatures of the consistency round,
+        when the silos assume a server that may lie) and ``"unmasking"`` (the answers after the uploads)."""
         return {**self.view, "uploads": self.last_round_inbox()}
 
     def snapshot(self) -> bytes:

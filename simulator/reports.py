@@ -106,7 +106,7 @@ def summary(result: RunResult, *, invocation: Mapping[str, Any] | None = None) -
             for p in result.placement
         ],
         "invocation": dict(invocation) if invocation is not None else api_invocation(None, None),
-        **_secure_aggregation(result.scenario),
+        **_secure_aggregation(result),
         **({} if result.failures is None else {"failures": dict(result.failures)}),
         **({} if result.resumed_from_round is None else {"resumed_from_round": result.resumed_from_round}),
     }
@@ -119,18 +119,18 @@ ACCOUNTING_UNDER_FAILURE = (
 )
 
 
-def _secure_aggregation(scenario: Scenario) -> dict[str, Any]:
-    """With secure aggregation: its graph and threshold for a round of every silo, and the failure probabilities
-    they guarantee (:func:`protocols.secure_aggregation.parameter_report`); each round of fewer participants
-    (client sampling) resolves them again for its size."""
-    protocol = scenario.protocol
-    if not protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
+def _secure_aggregation(result: RunResult) -> dict[str, Any]:
+    """With secure aggregation: the parameters and failure bounds of every round size that ran, and the rounds
+    that lost more silos than assumed (:func:`protocols.secure_aggregation.run_report`)."""
+    scenario = result.scenario
+    if not scenario.protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
         return {}
-    from protocols.secure_aggregation import parameter_report
+    from protocols.secure_aggregation import run_report
+    from simulator.silo import secure_aggregation_settings
 
-    report = parameter_report(scenario.data.silos, neighbours=protocol.neighbours, threshold=protocol.threshold,
-                              corrupt_fraction=protocol.corrupt_fraction, dropout_rate=protocol.dropout_rate)
-    return {"secure_aggregation": {"round_size": scenario.data.silos, **report}}
+    settings = secure_aggregation_settings(scenario.protocol, num_silos=scenario.data.silos)
+    rounds = [(r.report.round_index, len(r.report.participants), len(r.report.dropped)) for r in result.rounds]
+    return {"secure_aggregation": run_report(settings, rounds)}
 
 
 def _privacy(result: RunResult) -> dict[str, Any]:

@@ -178,6 +178,8 @@ class FederationConfig(_Block):
     """The server's optimiser on the aggregate (FedOpt): the `federation.server_optimizer.*` keys; absent: the mechanism's aggregate is the next global model (FedAvg). Refused where the aggregate is not the global model plus an update (`pldp` with `perturb: weights`)."""
     proximal_mu: float = Field(0.0, ge=0, allow_inf_nan=False)
     """FedProx's mu (Li et al. 2020): every local step also descends mu/2 ||w - w_global||^2 (in DP-SGD added after clipping and noise); 0: plain local training. Refused where local training takes no step from the global model (`uldp` variant `sgd`)."""
+    round_timeout: float = Field(600.0, gt=0, allow_inf_nan=False)
+    """Seconds the server waits for the silo workers at each step of a round; a worker that has not answered by then is treated as crashed: its silos drop out of the round (its late answer is never used), its process is restarted and its silos come back from their snapshots for the next round, as after a crash (needs snapshots: an output directory with checkpoints, or a faults block)."""
 
 
 class ProtocolConfig(_Block):
@@ -195,6 +197,8 @@ class ProtocolConfig(_Block):
     """Assumed fraction of silos colluding with the server, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
     dropout_rate: float = Field(0.05, allow_inf_nan=False)
     """Assumed fraction of a round's participants that drop out, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
+    server: Literal["honest_but_curious", "may_lie"] = "honest_but_curious"
+    """What secure aggregation's silos assume of the server: `honest_but_curious` (it follows the protocol and only looks), or `may_lie` (it may tell silos different stories about who uploaded or substitute keys: identity keys registered at set-up, signed round keys, a consistency round before unmasking, threshold above half the share set). See docs/threat-model.md."""
 
     @field_validator("neighbours", mode="before")
     @classmethod
@@ -407,8 +411,8 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     None: ("attack", "faults", "checkpoint", "audit"),
     "data": ("kwargs",),
     "model": ("kwargs",),
-    "federation": ("server_optimizer", "proximal_mu"),
-    "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate"),
+    "federation": ("server_optimizer", "proximal_mu", "round_timeout"),
+    "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate", "server"),
     "ray": ("pool_idle_timeout",),
     "mechanism.params": ("accountant",),
 }
@@ -761,6 +765,9 @@ def _check_protocol(scenario: Scenario) -> None:
                 f"must be in [2, {sharing}]: at least 2 (one share would be the secret), at most the {sharing} silos that "
                 + ("share (data.silos)" if neighbours == "all" else "share (neighbours + 1)"),
             )
+        if protocol.server == "may_lie" and 2 * protocol.threshold <= sharing:
+            raise ScenarioError("protocol.threshold", protocol.threshold,
+                                f"must exceed half the {sharing} silos that share with protocol.server: may_lie")
 
 
 def _check_faults(scenario: Scenario) -> None:

@@ -21,7 +21,7 @@ from mechanisms.registry import mechanism_class
 from protocols.base import SiloProtocol
 from protocols.fixed_point import FixedPointCodec
 from protocols.plain import PlainSumSilo
-from protocols.secure_aggregation import SecAggSilo
+from protocols.secure_aggregation import GraphSettings, SecAggSilo
 from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
 from simulator.scenario import ProtocolConfig, Scenario
@@ -46,12 +46,19 @@ def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> Fixed
     return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
 
 
+def secure_aggregation_settings(config: ProtocolConfig, *, num_silos: int) -> GraphSettings:
+    """Secure aggregation's graph, threshold and assumptions for rounds sampled from ``num_silos`` silos."""
+    return GraphSettings(config.neighbours, config.threshold, config.corrupt_fraction, config.dropout_rate, num_silos,
+                         config.server)
+
+
 def silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
     if config.secure_aggregation:
         codec = secure_aggregation_codec(config, num_silos=num_silos)
         return SecAggSilo(
             silo_id, codec=codec, min_participants=config.min_participants, threshold=config.threshold,
             neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
+            federation=num_silos, server=config.server,
         )
     return PlainSumSilo(silo_id)
 

@@ -9,16 +9,20 @@ budget.
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import functools
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 from simulator.checkpoint import read_checkpoint
-from simulator.engine import run
+from simulator.engine import Federation, run
 from simulator.errors import ScenarioError
 from simulator.faults import CRASH_POINTS, crash_plan
 from simulator.reports import summary
@@ -198,12 +202,19 @@ def test_bad_faults_name_the_field(faults, field):
     assert str(error.value).startswith(field)
 
 
-@pytest.mark.parametrize(("at", "neighbours"), [("setup", "all"), ("before_upload", 2), ("after_upload", "all"), ("after_upload", 2)])
-def test_secure_aggregation_recovers_the_plaintext_sum_of_the_survivors(ray_local, at, neighbours):
-    """The same crashes under secure aggregation (complete graph, or SecAgg+ with 2 neighbours) and under the
-    plain sum: the same silos drop, and every round's model agrees to the fixed-point precision (2^-24 per silo)."""
+@pytest.mark.parametrize(("at", "neighbours", "server"), [
+    ("setup", "all", "honest_but_curious"), ("before_upload", 2, "honest_but_curious"),
+    ("after_upload", "all", "honest_but_curious"), ("after_upload", 2, "honest_but_curious"),
+    ("before_upload", 2, "may_lie"), ("after_upload", "all", "may_lie"),
+])
+def test_secure_aggregation_recovers_the_plaintext_sum_of_the_survivors(ray_local, at, neighbours, server):
+    """The same crashes under secure aggregation (complete graph, or SecAgg+ with 2 neighbours; silos that assume
+    an honest-but-curious server, or one that may lie: identity keys at set-up, the consistency round) and under
+    the plain sum: the same silos drop, and every round's model agrees to the fixed-point precision (2^-24 per
+    silo)."""
     plain = _plain_run(at)
-    secure = run(_scenario(DP_SGD, _crashes(at), protocol={"secure_aggregation": True, "neighbours": neighbours}))
+    secure = run(_scenario(DP_SGD, _crashes(at), protocol={"secure_aggregation": True, "neighbours": neighbours,
+                                                          "server": server}))
     assert [r.report.dropped for r in secure.rounds] == [r.report.dropped for r in plain.rounds] == [(), (1,), (3,), ()]
     assert [sorted(r.report.events) for r in secure.rounds] == [sorted(r.report.events) for r in plain.rounds]
     assert [r.report.loss for r in secure.rounds] == pytest.approx([r.report.loss for r in plain.rounds], abs=1e-5)
@@ -215,7 +226,8 @@ def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray
     """Four silos, threshold 3: two dropping before their upload leave two survivors, too few to unmask; the
     round is abandoned (model unchanged, skipped in metrics.csv), the survivors are still charged, the run goes on."""
     crashes = [{"silo": 0, "round": 2, "at": "before_upload"}, {"silo": 2, "round": 2, "at": "setup"}]
-    result = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "threshold": 3}), out_dir=tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match=r"1 round\(s\) lost more silos than protocol.dropout_rate = 0.05 assumes"):
+        result = run(_scenario(DP_SGD, crashes, protocol={"secure_aggregation": True, "threshold": 3}), out_dir=tmp_path / "run")
     second = result.rounds[1].report
     assert second.abandoned and second.skipped and second.dropped == (0, 2)
     assert second.loss == result.rounds[0].report.loss  # the model did not move
@@ -223,7 +235,13 @@ def test_dropouts_beyond_the_threshold_abandon_the_round_and_the_run_goes_on(ray
     assert not result.rounds[2].report.skipped and result.rounds[3].report.loss != second.loss
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert [row["skipped"] for row in rows] == ["false", "true", "false", "false"]
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["failures"]["rounds_abandoned"] == 1
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["failures"]["rounds_abandoned"] == 1
+    assert written["secure_aggregation"]["dropouts_beyond_assumption"] == [
+        {"round": second.round_index, "participants": 4, "dropped": 2, "assumed_at_most": 1}]
+    assert written["secure_aggregation"]["by_round_size"] == [
+        {"round_size": 4, "rounds": 4, "neighbours": "all", "threshold": 3, "security_failure_probability": 0.0,
+         "correctness_failure_probability": 1.0}]  # t = 3 of 4 cannot survive one dropout after an upload
 
 
 def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_dir):
@@ -233,7 +251,7 @@ def test_uldp_with_secure_aggregation_survives_crashes(ray_local, heart_disease_
     assert [r.report.dropped for r in result.rounds] == [(3,), (1,), ()]
     assert not any(r.report.abandoned for r in result.rounds)
     assert sorted(result.rounds[2].report.events) == [0, 1, 2, 3]
-    assert summary(result)["secure_aggregation"]["threshold"] == 2  # the scenario's secure aggregation ran
+    assert summary(result)["secure_aggregation"]["by_round_size"][0]["threshold"] == 2  # the scenario's secure aggregation ran
 
 
 def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_local, heart_disease_dir):
@@ -251,3 +269,33 @@ def test_private_weighting_abandons_a_round_a_silo_left_and_resumes_with_it(ray_
     assert sorted(reports[1].events) == [0, 1, 2, 3]  # silo 2 is back, silo 0 uploaded before it crashed
     assert reports[0].loss != reports[1].loss
     assert "secure_aggregation" not in summary(result)  # the mechanism's own protocol ran in its place
+
+
+def test_a_stopped_worker_becomes_a_dropout_after_the_round_timeout_and_rejoins(ray_local):
+    """Silo 1's worker is SIGSTOPped before round 2 (index 1): after ``federation.round_timeout`` the server drops
+    it from the round, kills the process (Ray restarts it) and sums the survivors under secure aggregation; the
+    silo comes back from its snapshot and uploads again in round 3. The model equals that of a run in which silo
+    1's process crashes at the same step (the injected crash plan), so a fixed straggle plan gives fixed results."""
+    protocol = {"secure_aggregation": True}
+    crashed = run(_scenario(DP_SGD, [{"silo": 1, "round": 2, "at": "setup"}], rounds=3, protocol=protocol))
+    scenario = _scenario(DP_SGD, [], rounds=3, protocol=protocol)
+    scenario["federation"]["round_timeout"] = 20
+    reports = []
+    with Federation(scenario, snapshots=True) as federation:
+        reports.append(federation.run_round(0))
+        pid = ray.get(federation.workers[1].__ray_call__.remote(lambda worker: os.getpid()))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            reports.append(federation.run_round(1))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        federation.recover(reports[1].crashed_workers)
+        assert ray.get(federation.workers[1].__ray_call__.remote(lambda worker: os.getpid())) != pid  # restarted
+        reports.append(federation.run_round(2))
+        model = federation.model_state()
+    assert [r.dropped for r in reports] == [r.report.dropped for r in crashed.rounds] == [(), (1,), ()]
+    assert reports[1].crashed_workers == (1,) and not reports[1].abandoned
+    assert sorted(reports[1].events) == [0, 2, 3] and sorted(reports[2].events) == [0, 1, 2, 3]
+    for name, value in crashed.model_state.items():
+        np.testing.assert_allclose(model[name].numpy(), value.numpy(), atol=1e-6)

@@ -62,7 +62,7 @@ def test_a_secure_aggregation_snapshot_after_an_upload_carries_no_round_secret()
     """Taken after ``protect`` (as the worker writes it), a silo's snapshot holds none of the round's seeds, keys or
     shares: with its upload they would unmask it. The restored silo takes part in the next round."""
     codec = FixedPointCodec(max_summands=3)
-    server = SecAggServer(codec=codec, public_seed=1)
+    server = SecAggServer(codec=codec)
     silos = {i: SecAggSilo(i, codec=codec) for i in range(3)}
     vectors = {i: np.full(4, float(i + 1)) for i in silos}
 

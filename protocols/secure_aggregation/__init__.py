@@ -1,34 +1,42 @@
 """Secure aggregation that survives dropouts: double masking with Shamir-shared seeds (Bonawitz et al.,
-"Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017, Fig. 4, the honest-but-curious
-protocol without the consistency-check round) on a sparse random graph (SecAgg+: Bell et al., "Secure
-Single-Server Aggregation with (Poly)Logarithmic Overhead", CCS 2020).
+"Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017, Fig. 4; with ``server="may_lie"``
+its signed keys and consistency round) on a sparse random graph (SecAgg+: Bell et al., "Secure Single-Server
+Aggregation with (Poly)Logarithmic Overhead", CCS 2020).
 
 Every round ``r`` with sampled participants ``P`` is a fresh protocol instance (``protocols.base`` gives the
-engine's loop); there are no setup stages:
+engine's loop). With ``server="may_lie"`` a set-up registers every silo's Ed25519 identity key
+(``signatures.py``). Per round:
 
-0. ``begin_round`` (server): the graph, ``H(n, K)`` under a public random relabelling of ``P`` (``graph.py``),
-   or the complete graph; the threshold ``t`` (``parameters.py``).
+0. ``begin_round`` (server): the degree ``K`` (or the complete graph) and threshold ``t`` for ``|P|`` out of the
+   federation (``parameters.py``).
 1. ``ADVERTISE_KEYS`` (Bonawitz round 0): silo ``u`` draws from the OS CSPRNG a 16-byte mask seed ``s_u``
    (its X25519 mask key ``sk_u = HKDF(s_u)``), a 16-byte self-mask seed ``b_u`` and an X25519 channel key
-   ``c_u``, and sends both public keys. The server sends each silo the keys of its neighbours that advertised
-   (``NeighbourKeys``: its neighbour list, ``t`` and ``n``).
+   ``c_u``, and sends both public keys (signed, ``may_lie``). The server draws the graph ``H(n, K)`` under a
+   relabelling seeded by the hash of every advertised key (``graph.py``) and sends each silo its neighbours'
+   keys (``NeighbourKeys``; ``may_lie``: with their signatures and the roster, from which the silo recomputes
+   the graph).
 2. ``SHARE_KEYS`` (round 1): ``u`` Shamir-splits ``s_u`` and ``b_u`` (threshold ``t``) among its share set,
    itself and those neighbours, and sends each neighbour its two shares AES-GCM-encrypted under their channel
-   key (``sharing.py``). The server relays each ciphertext to its addressee only (``ShareBundle``).
+   key (``sharing.py``; ``may_lie``: with the list of holders). The server relays each ciphertext to its
+   addressee only (``ShareBundle``).
 3. ``COLLECT_SHARES``: ``u`` decrypts and keeps the shares of the neighbours that shared (``U2``).
 4. ``protect`` (round 2): ``y_u = encode(x_u) + PRG(b_u) + sum_v s_uv PRG(k_uv)`` mod 2^64 over those
    neighbours ``v``, ``s_uv = +1`` if ``u < v`` else ``-1``, ``k_uv = HKDF(X25519(sk_u, pk_v))``, PRG the
    ChaCha20 keystream (``masks.py``).
-5. ``unmask_requests`` / ``unmask_reply`` / ``combine`` (round 4): the uploaders ``U3`` are asked which of
-   their share set uploaded; each reveals its shares of ``b_v`` for those and of ``s_v`` for the others. The
-   server recovers each uploader's ``b`` and each non-uploading sharer's ``s`` from exactly ``t`` shares,
-   subtracts ``PRG(b_u)`` and the pairwise masks between uploaders and non-uploaders, and decodes. A silo that
-   uploaded and then dropped (it never answers) stays in the sum; fewer than ``t`` shares of a needed seed
-   raise ``RoundAbandoned``, as does any step after which some silo keeps fewer than ``t`` share holders.
+5. ``may_lie`` only, the consistency round (round 3): ``unmask_requests`` sends every uploader the claimed set of
+   uploaders ``U3``; each signs it; ``unmask_follow_up`` forwards the signatures; a silo reveals nothing unless,
+   for every silo whose share it holds, ``t`` of that silo's holders signed the same ``U3``.
+6. ``unmask_requests``/``unmask_follow_up`` / ``unmask_reply`` / ``combine`` (round 4): each uploader reveals its
+   shares of ``b_v`` for the members of its share set that uploaded and of ``s_v`` for the others. The server
+   recovers each uploader's ``b`` and each non-uploading sharer's ``s`` from exactly ``t`` shares, subtracts
+   ``PRG(b_u)`` and the pairwise masks between uploaders and non-uploaders, and decodes. A silo that uploaded and
+   then dropped stays in the sum; fewer than ``t`` shares of a needed seed raise ``RoundAbandoned``, as does any
+   step after which some silo keeps fewer than ``t`` share holders.
 
-Never both shares. The server asks for ``b_v``'s shares only of uploaders and ``s_v``'s only of the others,
-and a silo refuses any request that would make it reveal, in one round, both kinds of share of one silo (or a
-share of its own mask seed): otherwise the server could remove all of ``v``'s masks from ``y_v``.
+Never both shares. A silo refuses any request that would make it reveal, in one round, both kinds of share of
+one silo (or a share of its own mask seed). A server that tells different holders different stories defeats
+that per-silo check whenever ``2t <= s`` (``s`` the share set); the consistency round with ``t > s / 2``
+(enforced with ``may_lie``) leaves room for one story only.
 
 Why keys are fresh every round. With run-level keys, recovering ``s_v`` after ``v`` dropped in round ``r``
 would give the server ``v``'s pairwise masks for every round; as soon as ``v`` uploads again in a later round
@@ -36,13 +44,8 @@ and its self-mask is revealed as usual, the server could strip all masks from th
 Per-round keys make a recovered seed useless beyond its round, and a silo that crashed simply joins the next
 round's instance. Between rounds, silo and server objects hold only bytes and plain data (they pickle).
 
-Threat model: an honest-but-curious server, possibly colluding with honest-but-curious silos; silos may drop
-at any step. The server alone learns only the sum of the uploaders' vectors (as long as the uploaders that
-did not collude stay connected in the graph). A coalition of the server with ``c`` silos learns nothing more
-about an honest silo unless at least ``t`` of its share set collude (then it can recover both seeds), or the
-graph restricted to honest uploaders falls apart (then it learns the sums of the parts); ``parameters.py``
-bounds both events for ``neighbours="auto"``. Public keys are not authenticated and there is no consistency
-check round, so a malicious server is out of scope.
+Threat model: see ``parameters.py`` (exactly which events the bounds cover, for a coalition of at most
+``ceil(gamma N)`` silos of the federation) and docs/threat-model.md.
 
 ``run_keys.py`` keeps the run-level key agreement that the private-weighting protocol builds its set-up on.
 
@@ -53,12 +56,19 @@ fewer uploaded, and the server abandons such a round before asking for any share
 from protocols.secure_aggregation.graph import harary_degree, public_permutation, round_graph
 from protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
 from protocols.secure_aggregation.messages import (
+    ConsistencyRequest,
+    ConsistencySignature,
     EncryptedShares,
-    RoundKeyAdvertisement,
+    IdentityKey,
+    IdentityRegistry,
     MaskedVector,
     NeighbourKeys,
+    RoundKeyAdvertisement,
+    RoundRoster,
+    SecAggSetupStage,
     SecAggStage,
     ShareBundle,
+    SignedUploaders,
     UnmaskReply,
     UnmaskRequest,
 )
@@ -67,12 +77,16 @@ from protocols.secure_aggregation.parameters import (
     DEFAULT_CORRUPT_FRACTION,
     DEFAULT_DROPOUT_RATE,
     SECURITY_PARAMETER,
+    SERVER_MODELS,
     GraphSettings,
     RoundParameters,
     auto_parameters,
+    excess_dropouts,
+    excess_warning,
     failure_bounds,
     parameter_report,
     round_parameters,
+    run_report,
 )
 from protocols.secure_aggregation.run_keys import (
     KeyAdvertisement,
@@ -86,6 +100,17 @@ from protocols.secure_aggregation.silo import SecAggSilo
 
 __all__ = [
     "CORRECTNESS_PARAMETER",
+    "SERVER_MODELS",
+    "ConsistencyRequest",
+    "ConsistencySignature",
+    "IdentityKey",
+    "IdentityRegistry",
+    "RoundRoster",
+    "SecAggSetupStage",
+    "SignedUploaders",
+    "excess_dropouts",
+    "excess_warning",
+    "run_report",
     "DEFAULT_CORRUPT_FRACTION",
     "DEFAULT_DROPOUT_RATE",
     "PAIRWISE_KEY_LABEL",

@@ -7,13 +7,15 @@ round's participants under a uniformly random relabelling drawn from public rand
 graph needs ``n * K`` even, so an odd ``K`` with odd ``n`` becomes ``K + 1`` ([`harary_degree`][protocols.secure_aggregation.graph.harary_degree]).
 
 The relabelling is a Fisher-Yates shuffle of the sorted participant ids driven by the SHAKE-256 stream of
-``(public_seed, round_index)``: anyone who knows the public seed, the round and the participants can recompute
-every silo's neighbours, and the graph changes every round. Its guarantees (``parameters.py``) hold for
-corrupt silos chosen without knowledge of the graph, i.e. of the public seed.
+``(seed, round_index)``. The seed is the hash of every key advertised in the round (``signatures.graph_seed``):
+it exists only once the round's fresh keys do, so nobody knows a round's graph before then, and anyone who sees
+the keys, the round and the participants can recompute every silo's neighbours. Its guarantees
+(``parameters.py``) hold for corrupt silos chosen without knowledge of the graph.
 """
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from typing import Iterable
 
 from protocols.crypto_random import CryptoRandom
@@ -37,11 +39,11 @@ def harary_positions(position: int, *, n: int, degree: int) -> tuple[int, ...]:
     return tuple(sorted((position + offset) % n for offset in offsets))
 
 
-def public_permutation(n: int, *, public_seed: int, round_index: int) -> list[int]:
-    """A uniformly random permutation of ``range(n)`` drawn from the public seed and the round (Fisher-Yates)."""
-    if not 0 <= public_seed < 2**256:
-        raise ValueError(f"public_seed must be an int in [0, 2^256), got {public_seed!r}")
-    prefix = GRAPH_LABEL + public_seed.to_bytes(32, "big") + round_index.to_bytes(12, "big") + n.to_bytes(8, "big")
+def public_permutation(n: int, *, seed: int, round_index: int) -> list[int]:
+    """A uniformly random permutation of ``range(n)`` drawn from the seed and the round (Fisher-Yates)."""
+    if not 0 <= seed < 2**256:
+        raise ValueError(f"seed must be an int in [0, 2^256), got {seed!r}")
+    prefix = GRAPH_LABEL + seed.to_bytes(32, "big") + round_index.to_bytes(12, "big") + n.to_bytes(8, "big")
     counter = iter(range(2**63))
 
     def stream(count: int) -> bytes:
@@ -56,16 +58,21 @@ def public_permutation(n: int, *, public_seed: int, round_index: int) -> list[in
 
 
 def round_graph(
-    participants: Iterable[int], *, degree: int | None, public_seed: int, round_index: int
+    participants: Iterable[int], *, degree: int | None, seed: int, round_index: int
 ) -> dict[int, tuple[int, ...]]:
     """Every participant's neighbours (sorted ids) in round ``round_index``: the complete graph for ``degree``
-    ``None`` (or ``>= n - 1``), else ``H(n, harary_degree(n, degree))`` relabelled by [`public_permutation`][protocols.secure_aggregation.graph.public_permutation]."""
-    ids = sorted(participants)
+    ``None`` (or ``>= n - 1``), else ``H(n, harary_degree(n, degree))`` relabelled by [`public_permutation`][protocols.secure_aggregation.graph.public_permutation].
+    The answer is shared between callers in a process (many silos of a worker ask for the same graph): read only."""
+    return _round_graph(tuple(sorted(participants)), degree, seed, round_index)
+
+
+@lru_cache(maxsize=8)
+def _round_graph(ids: tuple[int, ...], degree: int | None, seed: int, round_index: int) -> dict[int, tuple[int, ...]]:
     n = len(ids)
     if degree is None or harary_degree(n, degree) >= n - 1:
         return {silo: tuple(peer for peer in ids if peer != silo) for silo in ids}
     degree = harary_degree(n, degree)
-    order = public_permutation(n, public_seed=public_seed, round_index=round_index)
+    order = public_permutation(n, seed=seed, round_index=round_index)
     silo_at = [ids[index] for index in order]
     return {
         silo_at[position]: tuple(sorted(silo_at[q] for q in harary_positions(position, n=n, degree=degree)))

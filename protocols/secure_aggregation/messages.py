@@ -7,7 +7,7 @@ and an engine can record them as the server's view.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -27,15 +27,41 @@ class SecAggStage(enum.Enum):
     """Start of round 2: each silo receives the shares addressed to it (it answers ``None``)."""
 
 
+class SecAggSetupStage(enum.Enum):
+    """Set-up stages, only when the server may lie (``SecAggServer.setup_stages``)."""
+
+    REGISTER = enum.auto()
+    """Each silo sends the public half of its long-term Ed25519 identity key (``IdentityKey``)."""
+    LEARN_IDENTITIES = enum.auto()
+    """Each silo keeps the registry of every silo's identity key (``IdentityRegistry``; it answers ``None``)."""
+
+
+@dataclass(frozen=True)
+class IdentityKey:
+    """A silo's long-term Ed25519 public key (32 raw bytes), registered once at set-up."""
+
+    sender: int
+    public_key: bytes
+
+
+@dataclass(frozen=True)
+class IdentityRegistry(ReadOnlyMappings):
+    """Every silo's identity key, by silo id (assumed authentic: see ``signatures.py``)."""
+
+    keys: Mapping[int, bytes]
+
+
 @dataclass(frozen=True)
 class RoundKeyAdvertisement:
     """A silo's two fresh X25519 public keys for one round (32 raw bytes each): for pairwise masks and for the
-    channel that carries its shares (``ADVERTISE_KEYS``)."""
+    channel that carries its shares (``ADVERTISE_KEYS``); signed with its identity key when the server may lie
+    (``signature``, else empty)."""
 
     sender: int
     round_index: int
     mask_public_key: bytes
     channel_public_key: bytes
+    signature: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -44,12 +70,27 @@ class NeighbourKeys(ReadOnlyMappings):
     neighbours that advertised, and its own (``keys[id] = (mask_public_key, channel_public_key)``).
 
     ``participants`` is the round's number of sampled silos, from which the silo re-derives the graph degree
-    and threshold it expects (``round_parameters``)."""
+    and threshold it expects (``round_parameters``).
+
+    When the server may lie it also relays the signatures of those keys (``signatures``) and the ``roster``,
+    from which the silo recomputes the round's graph and checks that ``keys`` holds exactly its neighbours."""
 
     round_index: int
     participants: int
     threshold: int
     keys: Mapping[int, tuple[bytes, bytes]]
+    signatures: Mapping[int, bytes] = field(default_factory=dict)
+    roster: "RoundRoster | None" = None
+
+
+@dataclass(frozen=True)
+class RoundRoster(ReadOnlyMappings):
+    """When the server may lie: the round's sampled silos (``participants``, sorted) and every advertiser's signed
+    keys (``advertised[id] = (mask, channel, signature)``), one object shared by every silo's ``NeighbourKeys``."""
+
+    round_index: int
+    participants: tuple[int, ...]
+    advertised: Mapping[int, tuple[bytes, bytes, bytes]]
 
 
 @dataclass(frozen=True)
@@ -92,10 +133,38 @@ class UnmaskRequest:
 
 @dataclass(frozen=True)
 class UnmaskReply(ReadOnlyMappings):
-    """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 16 bytes)`` of self-mask seeds (of silos
+    """A silo's answer to ``UnmaskRequest``: Shamir shares ``(index, 17 bytes)`` of self-mask seeds (of silos
     that uploaded) and of mask seeds (of silos that did not), by owner."""
 
     sender: int
     round_index: int
     self_mask_shares: Mapping[int, tuple[int, bytes]]
     mask_seed_shares: Mapping[int, tuple[int, bytes]]
+
+
+@dataclass(frozen=True)
+class ConsistencyRequest:
+    """When the server may lie, its first message after the uploads to every uploader: the set of silos it
+    claims uploaded (Bonawitz et al.'s consistency check). The silo answers with its signature of that set."""
+
+    round_index: int
+    uploaded: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ConsistencySignature:
+    """A silo's Ed25519 signature of ``(round, the set of uploaders it was told)``."""
+
+    sender: int
+    round_index: int
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class SignedUploaders(ReadOnlyMappings):
+    """The server's unmasking request when it may lie: the signatures of the consistency round that the silo
+    needs (those of the holders of every share it holds), by signer. The silo reveals shares as for the set it
+    signed, and only once enough holders signed the same set."""
+
+    round_index: int
+    signatures: Mapping[int, bytes]

@@ -1,6 +1,7 @@
 """Server side of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4) on the SecAgg+
-graph (Bell et al., CCS 2020): per round, draws the graph, relays keys and encrypted shares to neighbours only,
-asks the uploaders for exactly one kind of share of each silo, and removes the masks."""
+graph (Bell et al., CCS 2020): per round, draws the graph from the round's keys, relays keys and encrypted shares
+to neighbours only, (with silos that assume it may lie) runs the consistency round, asks the uploaders for
+exactly one kind of share of each silo, and removes the masks."""
 from __future__ import annotations
 
 import enum
@@ -23,12 +24,19 @@ from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.limits import check_count, check_minimum
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
 from protocols.secure_aggregation.messages import (
+    ConsistencyRequest,
+    ConsistencySignature,
     EncryptedShares,
-    RoundKeyAdvertisement,
+    IdentityKey,
+    IdentityRegistry,
     MaskedVector,
     NeighbourKeys,
+    RoundKeyAdvertisement,
+    RoundRoster,
+    SecAggSetupStage,
     SecAggStage,
     ShareBundle,
+    SignedUploaders,
     UnmaskReply,
     UnmaskRequest,
 )
@@ -38,8 +46,10 @@ from protocols.secure_aggregation.parameters import (
     GraphSettings,
     Neighbours,
     RoundParameters,
+    ServerModel,
 )
 from protocols.secure_aggregation.sharing import Share, mask_private_key, public_bytes, recover
+from protocols.secure_aggregation.signatures import graph_seed, uploaders_message, verified
 
 
 @dataclass
@@ -50,7 +60,8 @@ class _Round:
     round_index: int
     participants: tuple[int, ...]
     parameters: RoundParameters
-    graph: dict[int, tuple[int, ...]]
+    graph: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Drawn once the keys are advertised (``signatures.graph_seed``)."""
     next_step: str = SecAggStage.ADVERTISE_KEYS.name
     keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     """The advertised public keys (mask, channel), by silo: ``U1``."""
@@ -65,11 +76,20 @@ class _Round:
         return frozenset(peer for peer in self.graph[silo_id] if peer in among) | {silo_id}
 
 
-class SecAggServer(ServerProtocol):
-    """Server side (see the package docstring). ``public_seed`` fixes the public randomness of every round's
-    graph; ``neighbours``, ``threshold``, ``corrupt_fraction`` and ``dropout_rate`` must match the silos'."""
+def _recover(shares: list[Share], *, threshold: int, owner: int) -> bytes:
+    try:
+        return recover(shares, threshold=threshold)
+    except ValueError as error:
+        raise ProtocolStateError(f"server: the shares of silo {owner}'s seed are inconsistent: {error}") from None
 
-    setup_stages: ClassVar[tuple[enum.Enum, ...]] = ()
+
+class SecAggServer(ServerProtocol):
+    """Server side (see the package docstring). ``neighbours``, ``threshold``, ``corrupt_fraction``,
+    ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
+    register identity keys at set-up (``setup_stages``) and unmasking takes the consistency round
+    (``unmask_follow_up``); the server here follows the protocol either way."""
+
+    setup_stages: tuple[enum.Enum, ...] = ()
     survives_missing_uploads: ClassVar[bool] = True
     round_stages: ClassVar[tuple[enum.Enum, ...]] = tuple(SecAggStage)
 
@@ -82,15 +102,16 @@ class SecAggServer(ServerProtocol):
         neighbours: Neighbours = "all",
         corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
         dropout_rate: float = DEFAULT_DROPOUT_RATE,
-        public_seed: int = 0,
+        federation: int | None = None,
+        server: ServerModel = "honest_but_curious",
     ) -> None:
         check_minimum(min_participants, codec)
-        if isinstance(public_seed, bool) or not isinstance(public_seed, int) or not 0 <= public_seed < 2**256:
-            raise ValueError(f"public_seed must be an int in [0, 2^256), got {public_seed!r}")
         self.codec = codec
         self.min_participants = min_participants
-        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate)
-        self.public_seed = public_seed
+        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate, federation, server)
+        self.may_lie = server == "may_lie"
+        self.setup_stages = tuple(SecAggSetupStage) if self.may_lie else ()
+        self.registry: dict[int, bytes] = {}
         self._round: _Round | None = None
         self._last_round: int | None = None
 
@@ -100,12 +121,25 @@ class SecAggServer(ServerProtocol):
         return {**self.__dict__, "_round": None}
 
     def relay(self, stage: enum.Enum, inbound: Mapping[int, object]) -> Mapping[int, object]:
-        """Keys are agreed every round, so there are no setup stages; any call is out of order."""
-        raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
+        """Only when the silos assume a server that may lie: after ``REGISTER``, send every silo the registry of
+        identity keys; after ``LEARN_IDENTITIES``, nothing. Round keys are agreed every round."""
+        if not self.may_lie:
+            raise ProtocolStateError(f"secure aggregation has no setup stages with an honest-but-curious server, got {stage!r}")
+        if stage is SecAggSetupStage.REGISTER:
+            for silo_id, message in inbound.items():
+                if not isinstance(message, IdentityKey) or message.sender != silo_id or len(message.public_key) != 32:
+                    raise ProtocolStateError(f"server: silo {silo_id} did not register its own identity key")
+            self.registry = {silo_id: message.public_key for silo_id, message in sorted(inbound.items())}
+            registry = IdentityRegistry(keys=self.registry)
+            return {silo_id: registry for silo_id in inbound}
+        if stage is SecAggSetupStage.LEARN_IDENTITIES and self.registry:
+            return {}
+        raise ProtocolStateError(f"server: set-up stage {stage!r} out of order")
 
     def begin_round(self, *, round_index: int, participants: tuple[int, ...]) -> None:
-        """Draw the round's graph from the public seed. Raises ``RoundAbandoned`` when the settings give no safe
-        threshold for this many participants, ``ProtocolStateError`` for a round below ``min_participants``."""
+        """Resolve the round's graph degree and threshold (the graph itself is drawn from the round's keys).
+        Raises ``RoundAbandoned`` when the settings give no safe threshold for this many participants,
+        ``ProtocolStateError`` for a round below ``min_participants``."""
         check_round_index(round_index)
         check_participants(participants)
         if self._last_round is not None and round_index <= self._last_round:
@@ -117,8 +151,7 @@ class SecAggServer(ServerProtocol):
             parameters = self.settings.for_round(len(participants))
         except ValueError as error:
             raise RoundAbandoned(f"round {round_index}: {error}") from None
-        graph = round_graph(participants, degree=parameters.degree, public_seed=self.public_seed, round_index=round_index)
-        self._round = _Round(round_index, tuple(sorted(participants)), parameters, graph)
+        self._round = _Round(round_index, tuple(sorted(participants)), parameters)
 
     def _current(self, round_index: int, step: str) -> _Round:
         state = self._round
@@ -155,17 +188,24 @@ class SecAggServer(ServerProtocol):
                     X25519PublicKey.from_public_bytes(key)
                 except (TypeError, ValueError):
                     raise ProtocolStateError(f"server: silo {silo_id} advertised an invalid X25519 key") from None
-        state.keys = {silo_id: (m.mask_public_key, m.channel_public_key) for silo_id, m in inbound.items()}
+        state.keys = {silo_id: (m.mask_public_key, m.channel_public_key) for silo_id, m in sorted(inbound.items())}
         every_key = [key for pair in state.keys.values() for key in pair]
         if len(set(every_key)) != len(every_key):
             raise ProtocolStateError("server: two advertised public keys are equal")
+        state.graph = round_graph(state.participants, degree=state.parameters.degree,
+                                  seed=graph_seed(state.round_index, state.keys), round_index=state.round_index)
         self._require_threshold(state, state.keys.keys(), "advertised keys")
         state.next_step = SecAggStage.SHARE_KEYS.name
+        signatures = {silo_id: message.signature for silo_id, message in inbound.items()}
+        roster = RoundRoster(round_index=state.round_index, participants=state.participants,
+                             advertised={i: (*state.keys[i], signatures[i]) for i in state.keys}) if self.may_lie else None
         return {
             silo_id: NeighbourKeys(
                 round_index=state.round_index, participants=len(state.participants),
                 threshold=state.parameters.threshold,
                 keys={peer: state.keys[peer] for peer in state.share_set(silo_id, state.keys)},
+                signatures={peer: signatures[peer] for peer in state.share_set(silo_id, state.keys)} if self.may_lie else {},
+                roster=roster,
             )
             for silo_id in state.keys
         }
@@ -260,8 +300,43 @@ class SecAggServer(ServerProtocol):
             )
             for silo_id in sorted(state.uploaded)
         }
+        if self.may_lie:  # Bonawitz et al.'s consistency check first: every uploader signs who uploaded
+            state.next_step = "consistency"
+            claim = ConsistencyRequest(round_index=round_index, uploaded=tuple(sorted(state.uploaded)))
+            return {silo_id: claim for silo_id in sorted(state.uploaded)}
         state.next_step = "combine"
         return dict(state.requests)
+
+    def unmask_follow_up(self, replies: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
+        """After the consistency round's signatures (silos that assume a server that may lie): ask each signer to
+        unmask, with the signatures of the share holders of every share it holds (``SignedUploaders``). Raises
+        ``RoundAbandoned`` when some needed seed has fewer than ``threshold`` signing holders (no silo would
+        reveal its shares). After the shares themselves: nothing more (``{}``)."""
+        if self._round is None or self._round.next_step != "consistency":
+            return {}
+        state = self._current(round_index, "consistency")
+        message = uploaders_message(round_index, state.uploaded)
+        for silo_id, reply in replies.items():
+            if not isinstance(reply, ConsistencySignature) or (reply.sender, reply.round_index) != (silo_id, round_index):
+                raise ProtocolStateError(f"server: silo {silo_id} did not sign the uploaders of round {round_index}")
+        signed = {i: reply.signature for i, reply in replies.items()
+                  if i in state.uploaded and verified(self.registry.get(i, b""), message, reply.signature)}
+        needed = {owner for kind in self._needed(state) for owner in kind}
+        short = sorted(owner for owner in needed if len(state.share_set(owner) & signed.keys()) < state.parameters.threshold)
+        if short:
+            raise RoundAbandoned(
+                f"round {round_index}: fewer than {state.parameters.threshold} share holders of silos {short[:10]} "
+                "signed the uploaders; no silo would unmask"
+            )
+        state.requests = {i: request for i, request in state.requests.items() if i in signed}
+        state.next_step = "combine"
+        return {
+            silo_id: SignedUploaders(round_index=round_index, signatures={
+                signer: signed[signer]
+                for signer in set().union(*(state.share_set(owner) for owner in state.share_set(silo_id))) & signed.keys()
+            })
+            for silo_id in sorted(signed)
+        }
 
     def _collect_shares(
         self, state: _Round, unmasking: Mapping[int, object]
@@ -320,12 +395,12 @@ class SecAggServer(ServerProtocol):
             total += masked.data
         streams, mask = MaskStreams(total.size), np.empty(total.size, dtype=np.uint64)
         for silo_id in sorted(self_masks):
-            seed = recover(self_mask_shares[silo_id], threshold=threshold)
+            seed = _recover(self_mask_shares[silo_id], threshold=threshold, owner=silo_id)
             streams.write(self_mask_key(seed, silo_id=silo_id, round_index=round_index), round_index=round_index, out=mask)
             total -= mask
         for dropped in sorted(mask_seeds):
             private_key = mask_private_key(
-                recover(mask_seed_shares[dropped], threshold=threshold), silo_id=dropped, round_index=round_index
+                _recover(mask_seed_shares[dropped], threshold=threshold, owner=dropped), silo_id=dropped, round_index=round_index
             )
             if public_bytes(private_key) != state.keys[dropped][0]:
                 raise ProtocolStateError(f"server: the mask seed recovered for silo {dropped} does not match its key")

@@ -1,5 +1,6 @@
-"""Silo side of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4, honest-but-curious
-version) on the SecAgg+ graph (Bell et al., CCS 2020): fresh keys and shares every round."""
+"""Silo side of secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, Fig. 4; with ``server=
+"may_lie"`` its actively secure variant: signed keys and the consistency round) on the SecAgg+ graph (Bell et
+al., CCS 2020): fresh keys and shares every round."""
 from __future__ import annotations
 
 import enum
@@ -13,13 +14,20 @@ from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import FixedPointCodec
 from protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
+from protocols.secure_aggregation.graph import round_graph
 from protocols.secure_aggregation.messages import (
+    ConsistencyRequest,
+    ConsistencySignature,
     EncryptedShares,
-    RoundKeyAdvertisement,
+    IdentityKey,
+    IdentityRegistry,
     MaskedVector,
     NeighbourKeys,
+    RoundKeyAdvertisement,
+    SecAggSetupStage,
     SecAggStage,
     ShareBundle,
+    SignedUploaders,
     UnmaskReply,
     UnmaskRequest,
 )
@@ -28,8 +36,19 @@ from protocols.secure_aggregation.parameters import (
     DEFAULT_DROPOUT_RATE,
     GraphSettings,
     Neighbours,
+    RoundParameters,
+    ServerModel,
 )
 from protocols.secure_aggregation.sharing import SEED_BYTES, Channel, Share, mask_private_key, public_bytes, split
+from protocols.secure_aggregation.signatures import (
+    IDENTITY_KEY_BYTES,
+    advertisement_message,
+    graph_seed,
+    identity_public,
+    sign,
+    uploaders_message,
+    verified,
+)
 
 _SELF_MASK, _MASK_SEED = "self-mask seed", "mask seed"
 
@@ -49,6 +68,10 @@ class _Round:
     keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     shares: dict[int, tuple[Share, Share]] = field(default_factory=dict)
     """Shares held, by owner (this silo's own included): (share of its mask seed, share of its self-mask seed)."""
+    holders: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """When the server may lie: every holder of each owner's shares, as the owner sent them."""
+    statement: tuple[int, ...] | None = None
+    """When the server may lie: the uploaders this silo signed in the consistency round (one set per round)."""
     revealed: dict[int, str] = field(default_factory=dict)
 
     def mask_key(self, silo_id: int) -> X25519PrivateKey:
@@ -69,9 +92,12 @@ class SecAggSilo(SiloProtocol):
     and answers the server's unmasking request (see the package docstring).
 
     ``random`` defaults to the operating system's CSPRNG (pass ``protocols.crypto_random.seeded_for_tests``
-    only in tests; Shamir's polynomial coefficients always come from the OS). The silo masks only for rounds of
+    only in tests; Shamir's polynomial coefficients come from it too). The silo masks only for rounds of
     at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
-    relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size.
+    relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size (out of
+    ``federation`` silos). With ``server="may_lie"`` it registers an identity key at set-up, signs its round
+    keys, checks its neighbours' signatures and its neighbourhood against the graph, and reveals shares only
+    after the consistency round (``signatures.py``).
     """
 
     def __init__(
@@ -84,6 +110,8 @@ class SecAggSilo(SiloProtocol):
         neighbours: Neighbours = "all",
         corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
         dropout_rate: float = DEFAULT_DROPOUT_RATE,
+        federation: int | None = None,
+        server: ServerModel = "honest_but_curious",
         random: CryptoRandom | None = None,
     ) -> None:
         check_silo_id(silo_id)
@@ -91,8 +119,11 @@ class SecAggSilo(SiloProtocol):
         self.silo_id = silo_id
         self.codec = codec
         self.min_participants = min_participants
-        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate)
+        self.settings = GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate, federation, server)
+        self.may_lie = server == "may_lie"
         self._random = CryptoRandom() if random is None else random
+        self._identity: bytes | None = None
+        self._registry: dict[int, bytes] = {}
         self._round: _Round | None = None
         self._last_round: int | None = None
 
@@ -103,8 +134,19 @@ class SecAggSilo(SiloProtocol):
         return {**self.__dict__, "_round": None}
 
     def setup_reply(self, stage: enum.Enum, inbound: object | None) -> object | None:
-        """Keys are agreed every round, so there are no setup stages; any call is out of order."""
-        raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
+        """Only when the server may lie: ``REGISTER`` draws the identity key and sends its public half;
+        ``LEARN_IDENTITIES`` keeps the registry (``IdentityRegistry``). Round keys are agreed every round."""
+        if not self.may_lie:
+            raise ProtocolStateError(f"secure aggregation has no setup stages, got {stage!r}")
+        if stage is SecAggSetupStage.REGISTER and self._identity is None:
+            self._identity = self._random.bytes(IDENTITY_KEY_BYTES)
+            return IdentityKey(sender=self.silo_id, public_key=identity_public(self._identity))
+        if stage is SecAggSetupStage.LEARN_IDENTITIES and self._identity is not None and not self._registry:
+            if not isinstance(inbound, IdentityRegistry) or inbound.keys.get(self.silo_id) != identity_public(self._identity):
+                raise ProtocolStateError(f"{self._who()}: the identity registry does not hold this silo's key")
+            self._registry = dict(inbound.keys)
+            return None
+        raise ProtocolStateError(f"{self._who()}: set-up stage {stage!r} out of order")
 
     def _who(self) -> str:
         return f"silo {self.silo_id}"
@@ -144,10 +186,35 @@ class SecAggSilo(SiloProtocol):
         state = _Round(round_index, self._random.bytes(SEED_BYTES), self._random.bytes(SEED_BYTES), channel)
         state.public_keys = (public_bytes(state.mask_key(self.silo_id)), public_bytes(X25519PrivateKey.from_private_bytes(channel)))
         self._round = state
+        signature = b""
+        if self.may_lie:
+            if not self._registry:
+                raise ProtocolStateError(f"{self._who()}: no identity registry; the set-up stages did not run")
+            signature = sign(self._identity, advertisement_message(round_index, self.silo_id, *state.public_keys))
         return RoundKeyAdvertisement(
             sender=self.silo_id, round_index=round_index, mask_public_key=state.public_keys[0],
-            channel_public_key=state.public_keys[1],
+            channel_public_key=state.public_keys[1], signature=signature,
         )
+
+    def _check_neighbourhood(self, inbound: NeighbourKeys, expected: RoundParameters) -> None:
+        """When the server may lie: every relayed key carries its owner's signature, and the relayed keys are
+        exactly this silo's neighbours among the advertisers in the graph that the roster's keys determine."""
+        roster = inbound.roster
+        if roster is None or roster.round_index != inbound.round_index or len(roster.participants) != inbound.participants:
+            raise ProtocolStateError(f"{self._who()}: the round's roster is missing or does not match its size")
+        advertised = roster.advertised
+        for peer, pair in inbound.keys.items():
+            entry = advertised.get(peer)
+            if entry is None or entry[:2] != tuple(pair) or inbound.signatures.get(peer) != entry[2] or not verified(
+                    self._registry.get(peer, b""), advertisement_message(inbound.round_index, peer, *pair), entry[2]):
+                raise ProtocolStateError(f"{self._who()}: the keys relayed for silo {peer} do not carry its signature")
+        if not advertised.keys() <= set(roster.participants):
+            raise ProtocolStateError(f"{self._who()}: keys advertised by silos outside the roster")
+        seed = graph_seed(inbound.round_index, {peer: entry[:2] for peer, entry in advertised.items()})
+        graph = round_graph(roster.participants, degree=expected.degree, seed=seed, round_index=inbound.round_index)
+        neighbours = {peer for peer in graph.get(self.silo_id, ()) if peer in advertised}
+        if set(inbound.keys) != neighbours | {self.silo_id}:
+            raise ProtocolStateError(f"{self._who()}: the relayed keys are not its neighbours in the round's graph")
 
     def _share(self, inbound: object | None, round_index: int) -> EncryptedShares:
         state = self._current(round_index, SecAggStage.SHARE_KEYS.name)
@@ -169,13 +236,17 @@ class SecAggSilo(SiloProtocol):
                 f"{self._who()}: a share set of {len(inbound.keys)} silos is unsafe (threshold {expected.threshold}, "
                 f"at most {expected.share_set} holders)"
             )
+        if self.may_lie:
+            self._check_neighbourhood(inbound, expected)
         state.threshold, state.keys = expected.threshold, dict(inbound.keys)
         holders = sorted(state.keys)
-        mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders)
-        self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders)
+        mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders, random=self._random)
+        self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders, random=self._random)
         state.shares[self.silo_id] = (mask_seed_shares[self.silo_id], self_mask_shares[self.silo_id])
+        listed = tuple(holders) if self.may_lie else ()
+        state.holders[self.silo_id] = listed
         channels = state.channels(self.silo_id, [peer for peer in holders if peer != self.silo_id])
-        ciphertexts = {peer: channel.seal(mask_seed_shares[peer], self_mask_shares[peer]) for peer, channel in channels.items()}
+        ciphertexts = {peer: channel.seal(mask_seed_shares[peer], self_mask_shares[peer], listed) for peer, channel in channels.items()}
         state.next_step = SecAggStage.COLLECT_SHARES.name
         return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
 
@@ -187,7 +258,10 @@ class SecAggSilo(SiloProtocol):
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
         for peer, channel in state.channels(self.silo_id, inbound.ciphertexts).items():
-            state.shares[peer] = channel.open(inbound.ciphertexts[peer])
+            mask_seed_share, self_mask_share, holders = channel.open(inbound.ciphertexts[peer])
+            if self.may_lie and not (self.silo_id in holders and peer in holders and len(set(holders)) >= state.threshold):
+                raise ProtocolStateError(f"{self._who()}: silo {peer} listed share holders {holders} that cannot be")
+            state.shares[peer], state.holders[peer] = (mask_seed_share, self_mask_share), holders
         if len(state.shares) < state.threshold:
             raise ProtocolStateError(
                 f"{self._who()}: only {len(state.shares)} silos hold its shares, below the threshold {state.threshold}"
@@ -230,18 +304,60 @@ class SecAggSilo(SiloProtocol):
         state.next_step = "unmask"
         return MaskedVector(sender=self.silo_id, round_index=round_index, data=read_only(masked))
 
-    def unmask_reply(self, request: object, *, round_index: int) -> UnmaskReply:
+    def unmask_reply(self, request: object, *, round_index: int) -> UnmaskReply | ConsistencySignature:
         """Bonawitz et al. round 4: reveal the self-mask-seed shares of the share-set members that uploaded
-        (``request.uploaded``, this silo included) and the mask-seed shares of the others.
+        (this silo included) and the mask-seed shares of the others.
+
+        The server that follows the protocol asks with an ``UnmaskRequest``. One that may lie first sends a
+        ``ConsistencyRequest`` (answered with a ``ConsistencySignature``), then ``SignedUploaders``: the silo
+        reveals as for the set it signed, and only if, for every silo whose share it holds, ``threshold`` of that
+        silo's share holders signed the same set.
 
         Refuses (``ProtocolStateError``) before this silo uploaded, when fewer than ``min_participants`` uploaded
-        in all, when asked for its own mask seed, and whenever answering would reveal, over the round, both kinds
-        of share of one silo."""
+        in all, when asked for its own mask seed, whenever answering would reveal, over the round, both kinds of
+        share of one silo, and (server that may lie) a request of the other kind, a second set to sign, or too few
+        agreeing signatures."""
         state = self._current(round_index, "unmask")
-        if not isinstance(request, UnmaskRequest) or request.round_index != round_index:
-            raise ProtocolStateError(f"{self._who()}: expected this round's UnmaskRequest, got {request!r}")
-        check_count(request.uploaders, min_participants=self.min_participants, codec=self.codec, who=self._who())
-        uploaded = set(request.uploaded)
+        if self.may_lie and isinstance(request, ConsistencyRequest) and request.round_index == round_index:
+            return self._sign_uploaders(state, request)
+        if self.may_lie and isinstance(request, SignedUploaders) and request.round_index == round_index:
+            self._check_agreement(state, request)
+            uploaded = set(state.statement) & state.shares.keys()
+            return self._reveal(state, uploaded, len(state.statement), round_index)
+        if not self.may_lie and isinstance(request, UnmaskRequest) and request.round_index == round_index:
+            return self._reveal(state, set(request.uploaded), request.uploaders, round_index)
+        raise ProtocolStateError(f"{self._who()}: expected this round's unmasking request, got {request!r}")
+
+    def _sign_uploaders(self, state: _Round, request: ConsistencyRequest) -> ConsistencySignature:
+        uploaded = tuple(sorted(set(request.uploaded)))
+        if state.statement is not None and state.statement != uploaded:
+            raise ProtocolStateError(f"{self._who()}: already signed another set of uploaders in round {state.round_index}")
+        if self.silo_id not in uploaded:
+            raise ProtocolStateError(f"{self._who()}: the claimed uploaders {list(uploaded)[:10]} omit this silo")
+        check_count(len(uploaded), min_participants=self.min_participants, codec=self.codec, who=self._who())
+        state.statement = uploaded
+        signature = sign(self._identity, uploaders_message(state.round_index, uploaded))
+        return ConsistencySignature(sender=self.silo_id, round_index=state.round_index, signature=signature)
+
+    def _check_agreement(self, state: _Round, request: SignedUploaders) -> None:
+        """Refuse unless, for every owner of a share this silo holds, ``threshold`` of the owner's share holders
+        (as the owner listed them) signed the set this silo signed."""
+        if state.statement is None:
+            raise ProtocolStateError(f"{self._who()}: asked to unmask before it signed the uploaders")
+        message = uploaders_message(state.round_index, state.statement)
+        agreeing = {self.silo_id} | {
+            signer for signer, signature in request.signatures.items()
+            if verified(self._registry.get(signer, b""), message, signature)
+        }
+        short = sorted(owner for owner, holders in state.holders.items() if len(agreeing & set(holders)) < state.threshold)
+        if short:
+            raise ProtocolStateError(
+                f"{self._who()}: fewer than {state.threshold} share holders of silos {short[:10]} signed the uploaders "
+                f"it signed; it reveals nothing"
+            )
+
+    def _reveal(self, state: _Round, uploaded: set[int], uploaders: int, round_index: int) -> UnmaskReply:
+        check_count(uploaders, min_participants=self.min_participants, codec=self.codec, who=self._who())
         if self.silo_id not in uploaded or not uploaded <= state.shares.keys():
             raise ProtocolStateError(
                 f"{self._who()}: request names uploaders {sorted(uploaded)} outside its share set "
