@@ -1,5 +1,9 @@
-"""The README's auditing table: per setting, the claimed epsilon (RDP and, where the mechanism has it, PLD), the
-audit's lower bound and estimate, test accuracy with and without canaries, and the audit's cost against the plain
+"""The README's auditing table: claims, bounds, ceiling, estimate, accuracy and cost per setting.
+
+Per setting: the claimed epsilon (RDP and, where the mechanism has it, PLD), the audit's view, its two lower
+bounds (Steinke et al.'s counting bound and the Gaussian-DP one of Mahloujifar et al.), the counting bound's
+ceiling (every guess right) and whether the claim is testable below it, the estimate, test accuracy with and
+without canaries, and the audit's cost against the plain
 run of the same scenario (runs alternating, in one local Ray session, so both reuse the same warm actors).
 
 Each setting is a shipped scenario with ``--set``-style overrides (see ``SETTINGS``; ``--only NAME`` picks some).
@@ -25,6 +29,11 @@ MNIST_SHORT = ["federation.rounds=3", "audit.canaries=1000"]
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     **{f"dp_sgd_digits_s{sigma}": ("audits/dp_sgd_digits.yaml", [f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.3", "1.0", "3.0")},
+    **{f"dp_sgd_digits_s{sigma}_uploads": ("audits/dp_sgd_digits.yaml", [f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld",
+                                                                          "audit.view=uploads"])
+       for sigma in ("0.3", "1.0")},
+    "dp_sgd_mnist_s0.5_uploads": ("mnist_dpsgd.yaml", [*MNIST_SHORT, "mechanism.noise_multiplier=0.5", "mechanism.accountant=pld",
+                                                       "audit.view=uploads"]),
     **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
@@ -55,7 +64,11 @@ def one_setting(name: str, repeats: int) -> dict[str, object]:
         "claimed (PLD)": summary.get("claimed_epsilon_pld"),
         "other claims": {key: value for key, value in summary.items() if key.startswith("claimed_") and "rdp" not in key
                          and "pld" not in key and key != "claimed_epsilon"},
+        "view": summary["view"],
         "lower bound": summary["empirical_epsilon_lower_bound"],
+        "GDP bound (epsilon, mu)": (summary["gdp_epsilon_lower_bound"], summary["gdp_mu_lower_bound"]),
+        "ceiling": summary["ceiling"],
+        "testable": summary["testable"],
         "estimate": summary["estimate"],
         "levels": [(level["budget"], level["empirical_epsilon_lower_bound"], level["estimate"]) for level in summary.get("levels", [])],
         "accuracy (audit)": report.result.rounds[-1].report.accuracy,

@@ -1,11 +1,12 @@
-"""Start-up of the quickstart's whole command: cold (``privsilo run`` starting its own Ray) against warm (``privsilo
-run --address`` against a running local cluster whose warm pool holds the actors of an earlier run).
+"""Start-up of the quickstart's whole command: cold (``privsilo run`` starting its own Ray) against warm (the same
+command after ``privsilo pool start``, whose local pool holds the actors of an earlier run).
 
-Starts a Ray head on 127.0.0.1 (``ray.cluster_utils.Cluster``, stopped at the end with every process it started),
-runs the command once against it to fill the pool, then repeats, alternating the order each repetition:
+Starts the local pool (``privsilo pool start``, in a state directory of this script's own, so no other pool is
+seen; stopped at the end with ``privsilo pool stop``), runs the command once to fill the pool, then repeats,
+alternating the order each repetition:
 
-- ``cold``: ``privsilo run SCENARIO`` (a fresh local Ray);
-- ``warm``: ``privsilo run SCENARIO --address HEAD``;
+- ``cold``: ``privsilo run SCENARIO`` without a local pool (a fresh local Ray);
+- ``warm``: ``privsilo run SCENARIO`` with the local pool running (no ``--address``);
 - ``baseline:DIR`` (with ``--baseline DIR``, repeatable): the cold command from another checkout
   (``PYTHONPATH=DIR``), e.g. the commit before a start-up change.
 
@@ -33,21 +34,20 @@ REPO = Path(__file__).resolve().parents[1]
 WARM_WALL_GOAL_S, WARM_STARTUP_GOAL_S = 3.0, 1.0
 
 
-def start_cluster(cpus: int):
-    """A Ray head on 127.0.0.1 with ``cpus`` logical CPUs, whose workers import this checkout."""
-    from ray.cluster_utils import Cluster
+def privsilo(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``privsilo ARGS`` of this checkout; exits the script if it fails."""
+    done = subprocess.run([sys.executable, "-m", "simulator.cli", *args], env=env, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_startup: privsilo {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return done
 
-    return Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "node_ip_address": "127.0.0.1",
-                                                         "include_dashboard": False})
 
-
-def timed_run(scenario: Path, out: Path, *, env: dict[str, str], address: str | None) -> dict:
+def timed_run(scenario: Path, out: Path, *, env: dict[str, str]) -> dict:
     """Wall seconds of one whole ``privsilo run`` of the checkout on ``env``'s PYTHONPATH (run from there:
     ``python -m`` puts the working directory first on ``sys.path``) and its start-up seconds from summary.json."""
     command = [sys.executable, "-m", "simulator.cli", "run", str(scenario.resolve()), "--out", str(out), "--no-progress"]
     started = time.perf_counter()
-    done = subprocess.run(command + (["--address", address] if address else []), env=env, cwd=env["PYTHONPATH"],
-                          capture_output=True, text=True)
+    done = subprocess.run(command, env=env, cwd=env["PYTHONPATH"], capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"bench_startup: {' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -72,37 +72,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scenario", type=Path, default=REPO / "scenarios" / "quickstart.yaml")
-    parser.add_argument("--cluster-cpus", type=int, default=max(os.cpu_count() or 1, 3), help="the quickstart's actors ask for 3")
+    parser.add_argument("--pool-cpus", type=int, default=os.cpu_count() or 1,
+                        help="the local pool's logical CPUs (default: this machine's cores, as a cold run packs the silos)")
     parser.add_argument("--baseline", type=Path, action="append", default=[], help="another checkout whose cold command is timed too (repeatable)")
     args = parser.parse_args()
     # Ray on the loopback address (drivers and the head alike), no auth prompt, no usage stats.
     quiet = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     os.environ.update(quiet)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    os.environ["PYTHONPATH"] = str(REPO)  # the cluster's workers import this checkout
-    arms: dict[str, tuple[dict[str, str], bool]] = {
-        "cold": (env, False), "warm": (env, True)}
-    for checkout in args.baseline:
-        arms[f"baseline:{checkout.name}"] = ({**env, "PYTHONPATH": str(checkout.resolve())}, False)
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))
+    # Cold commands look for a pool where there is none; warm ones find the pool this script starts.
+    cold_env = {**os.environ, "PYTHONPATH": str(REPO), "PRIVSILO_STATE_DIR": str(work / "no-pool")}
+    warm_env = {**cold_env, "PRIVSILO_STATE_DIR": str(work / "pool")}
+    arms: dict[str, dict[str, str]] = {"cold": cold_env, "warm": warm_env}
+    for checkout in args.baseline:
+        arms[f"baseline:{checkout.name}"] = {**cold_env, "PYTHONPATH": str(checkout.resolve())}
     load_before = os.getloadavg()
-    cluster = start_cluster(args.cluster_cpus)
+    started = time.perf_counter()
+    privsilo("pool", "start", "--num-cpus", str(args.pool_cpus), "--idle-timeout", "3600", env=warm_env)
+    print(f"privsilo pool start: {time.perf_counter() - started:.1f} s", flush=True)
     try:
-        first = timed_run(args.scenario, work / "first", env=env, address=cluster.address)
-        print(f"first run against the cluster (fills the pool): {first['wall']:.1f} s, start-up {first['startup']:.2f} s", flush=True)
+        first = timed_run(args.scenario, work / "first", env=warm_env)
+        print(f"first run on the local pool (fills it): {first['wall']:.1f} s, start-up {first['startup']:.2f} s", flush=True)
         rows: dict[str, list[dict]] = {arm: [] for arm in arms}
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(reversed(arms))
             for arm in order:
-                arm_env, warm = arms[arm]
-                rows[arm].append(timed_run(args.scenario, work / f"{arm}{repeat}", env=arm_env,
-                                           address=cluster.address if warm else None))
+                rows[arm].append(timed_run(args.scenario, work / f"{arm}{repeat}", env=arms[arm]))
             print(f"repeat {repeat + 1}: " + ", ".join(f"{arm} {rows[arm][-1]['wall']:.1f} s (start-up "
                                                       f"{rows[arm][-1]['startup']:.2f} s)" for arm in arms), flush=True)
-        subprocess.run([sys.executable, "-m", "simulator.cli", "pool", "stop", "--address", cluster.address],
-                       env=env, cwd=REPO, check=True, capture_output=True)
     finally:
-        cluster.shutdown()
+        privsilo("pool", "stop", env=warm_env)
     reference = rows["cold"][0]["out"]
     identical = all(same_results(reference, row["out"]) for arm in ("cold", "warm") for row in rows[arm])
     shutil.rmtree(work)

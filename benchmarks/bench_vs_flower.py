@@ -1,24 +1,28 @@
-"""privsilo against Flower's simulation engine on one FedAvg workload, end to end, in the same run.
+"""privsilo against Flower's simulation engine and Apple's pfl-research on one FedAvg workload, end to end, in the
+same run.
 
-The workload (issue 13): 10 IID silos of scikit-learn digits, an MLP 64-128-10 (privsilo's ``mlp_128``), 20 local
-SGD steps of batch 32 at lr 0.1, 10 rounds, FedAvg, 2 CPUs. Each repetition runs privsilo (``simulator.engine.run``
-in a fresh interpreter of this environment) and Flower (``flwr.simulation.run_simulation`` in a fresh interpreter
-of the Flower environment, ``benchmarks/flower_fedavg.py``), one after the other; the wall time of each is that of
-its whole process, from start to exit: interpreter, imports, data, starting Ray and the actors, the rounds and
-shutting down. Prints each repetition, the medians, the ratio privsilo / Flower (goal <= 0.5) and both final test
-accuracies (goal: privsilo's at least Flower's).
+The workload (issue 13): IID silos of scikit-learn digits (10, or each count of ``--silos``), an MLP 64-128-10
+(privsilo's ``mlp_128``), 20 local SGD steps of batch 32 at lr 0.1, 10 rounds, FedAvg, every silo in every round,
+2 CPUs. Each repetition runs every side once, in an order that rotates between repetitions: privsilo
+(``simulator.engine.run`` in a fresh interpreter of this environment), Flower (``flwr.simulation.run_simulation``,
+``benchmarks/flower_fedavg.py``, in the Flower environment) and pfl (pfl's ``SimulatedBackend``,
+``benchmarks/pfl_fedavg.py``, in the pfl environment). The wall time of each is that of its whole process, from
+start to exit: interpreter, imports, data, starting Ray and the actors (privsilo, Flower), the rounds and shutting
+down. Prints each repetition, the medians, the ratios privsilo / anchor (goals: <= 0.5 against Flower, <= 1.0
+against pfl at 100 silos and <= 1.5 at 10) and the final test accuracies.
 
-Both sides train the same network from the same initial weights on the same split (exported to an ``.npz`` from
+Every side trains the same network from the same initial weights on the same split (exported to an ``.npz`` from
 privsilo's own data loading and IID partition), with plain SGD on the same batches (each silo's generator seeded
-as privsilo seeds it and kept across rounds), and evaluate the global model on the same test split; the script
-prints in how many rounds the two test accuracies differ (float rounding only: expected 0). Both use 2 logical
-CPUs for their workers: Flower one worker actor per CPU (``client_resources.num_cpus = 1``, its ServerApp in the
-driver), privsilo two silo worker actors of one CPU hosting five silos each (its server actor holds no CPU share,
-like Flower's server).
-Flower is not a dependency of privsilo: ``bash benchmarks/flower_env.sh`` makes its environment first.
+as privsilo seeds it and kept across rounds), weighted by the silos' record counts, and evaluates the global model
+on the same test split; the script prints in how many rounds an anchor's test accuracy differs from privsilo's
+(float rounding only: expected 0). privsilo uses two silo worker actors of one CPU, hosting half the silos each (its
+server actor holds no CPU share), Flower one worker actor per CPU (``client_resources.num_cpus = 1``, its ServerApp
+in the driver), pfl its one process.
+Neither Flower nor pfl is a dependency of privsilo: ``bash benchmarks/flower_env.sh`` and ``bash
+benchmarks/pfl_env.sh`` make their environments first.
 
-    python benchmarks/bench_vs_flower.py [--repeats 3] [--rounds 10] [--local-steps 20]
-        [--flower-python /tmp/privsilo-flower-venv/bin/python]
+    python benchmarks/bench_vs_flower.py [--repeats 3] [--rounds 10] [--local-steps 20] [--silos 10 100]
+        [--sides privsilo flower pfl] [--flower-python PY] [--pfl-python PY]
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ from workload import CPUS, SILOS, fedavg_scenario
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_FLOWER_PYTHON = os.environ.get("FLOWER_VENV", "/tmp/privsilo-flower-venv") + "/bin/python"
+DEFAULT_PFL_PYTHON = os.environ.get("PFL_VENV", "/tmp/privsilo-pfl-venv") + "/bin/python"
+ENVIRONMENTS = {"flower": "benchmarks/flower_env.sh", "pfl": "benchmarks/pfl_env.sh"}
+GOALS = {"flower": lambda silos: 0.5, "pfl": lambda silos: 1.0 if silos >= 100 else 1.5}
+NAMES = {"privsilo": "privsilo", "flower": "Flower", "pfl": "pfl"}
 MODEL_LAYERS = (64, 128, 10)  # privsilo's mlp_128 on digits
 
 
@@ -91,66 +99,97 @@ def timed(command: list[str], *, env: dict[str, str], result: Path, log: Path) -
     return {**json.loads(result.read_text()), "wall_seconds": seconds}
 
 
+def side_commands(args: argparse.Namespace, raw: dict, work: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each side's command (writing its JSON to ``work/SIDE.json``) and environment."""
+    quiet = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
+    # The anchors must not see privsilo: no PYTHONPATH, their own interpreters.
+    anchor_env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **quiet}
+    workload = str(work / "workload.npz")
+    commands = {
+        "privsilo": ([sys.executable, __file__, "--privsilo-side", json.dumps(raw), str(work / "privsilo.json")],
+                     {**os.environ, **quiet, "PYTHONPATH": str(REPO)}),
+        "flower": ([args.flower_python, str(HERE / "flower_fedavg.py"), "--workload", workload,
+                    "--result", str(work / "flower.json"), "--cpus", str(CPUS)], anchor_env),
+        "pfl": ([args.pfl_python, str(HERE / "pfl_fedavg.py"), "--workload", workload, "--result", str(work / "pfl.json")],
+                anchor_env),
+    }
+    return {side: commands[side] for side in args.sides}
+
+
+def compare(args: argparse.Namespace, silos: int) -> None:
+    """``args.repeats`` interleaved repetitions of every side at ``silos`` silos; print them and the medians."""
+    raw = fedavg_scenario(name="bench_vs_flower", rounds=args.rounds, local_steps=args.local_steps, silos=silos)
+    work = Path(tempfile.mkdtemp(prefix="bench_vs_flower_"))  # kept, with every side's log, if a side fails
+    export_workload(raw, work / "workload.npz")
+    commands = side_commands(args, raw, work)
+    rows = []
+    load_before = os.getloadavg()
+    for repeat in range(args.repeats):
+        row = {}
+        # Rotate which side goes first, so that a drift in the machine's load does not favour one.
+        order = args.sides[repeat % len(args.sides):] + args.sides[:repeat % len(args.sides)]
+        for side in order:
+            command, env = commands[side]
+            row[side] = timed(command, env=env, result=work / f"{side}.json", log=work / f"{side}.log")
+            if side != "privsilo" and row[side].get("complete_rounds") != args.rounds:
+                sys.exit(f"bench_vs_flower: {NAMES[side]} completed {row[side].get('complete_rounds')} of "
+                         f"{args.rounds} rounds with every silo's reply; see {work / f'{side}.log'}")
+        rows.append(row)
+        print(f"{silos} silos, repeat {repeat + 1}: " + " | ".join(_one_run(side, row[side]) for side in args.sides), flush=True)
+    shutil.rmtree(work)
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(row[side][key] for row in rows)
+
+    print(f"workload: {silos} IID silos of digits, MLP 64-128-10, {args.local_steps} local SGD steps of batch 32 at "
+          f"lr 0.1, {args.rounds} rounds, FedAvg, {CPUS} CPUs; medians of {args.repeats} repetitions, end to end; "
+          f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, "
+          f"{fmt_load(os.getloadavg())} at the end")
+    for side in args.sides:
+        print(f"  {NAMES[side] + ':':9s} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}")
+    for anchor in (side for side in args.sides if side != "privsilo"):
+        if "privsilo" in args.sides:
+            ratio = median("privsilo", "wall_seconds") / median(anchor, "wall_seconds")
+            goal = GOALS[anchor](silos)
+            # The same computation: the same batches from the same weights; only float rounding (privsilo
+            # aggregates in float64, the anchors in float32) may move a test prediction.
+            differing = max(sum(a != b for a, b in zip(row["privsilo"]["accuracies"], row[anchor]["accuracies"]))
+                            for row in rows)
+            print(f"  ratio privsilo / {NAMES[anchor]}: {ratio:.3f} (goal <= {goal:g}: {'met' if ratio <= goal else 'missed'}); "
+                  f"rounds whose test accuracy differs from privsilo's: {differing} of {args.rounds}")
+
+
+def _one_run(side: str, result: dict) -> str:
+    if side == "privsilo":
+        timing = result["timing"]
+        inside = (f"inside run(): start-up {timing['data_seconds'] + timing['workers_seconds']:.1f} s, rounds "
+                  f"{timing['rounds_seconds']:.1f} s")
+    else:
+        inside = f"rounds {result['rounds_seconds']:.1f} s"
+    return f"{NAMES[side]} {result['wall_seconds']:6.1f} s ({inside}), accuracy {result['accuracy']:.4f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--local-steps", type=int, default=20)
+    parser.add_argument("--silos", type=int, nargs="+", default=[SILOS])
+    parser.add_argument("--sides", nargs="+", choices=["privsilo", "flower", "pfl"], default=["privsilo", "flower"])
     parser.add_argument("--flower-python", default=DEFAULT_FLOWER_PYTHON)
+    parser.add_argument("--pfl-python", default=DEFAULT_PFL_PYTHON)
     parser.add_argument("--privsilo-side", nargs=2, metavar=("SCENARIO_JSON", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.privsilo_side:
         privsilo_side(*args.privsilo_side)
         return
-    if not Path(args.flower_python).exists():
-        sys.exit(f"bench_vs_flower: no Flower environment at {args.flower_python}; run `bash benchmarks/flower_env.sh`")
-    raw = fedavg_scenario(name="bench_vs_flower", rounds=args.rounds, local_steps=args.local_steps)
-    quiet = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
-    privsilo_env = {**os.environ, **quiet, "PYTHONPATH": str(REPO)}
-    # The Flower side must not see privsilo: no PYTHONPATH, its own interpreter.
-    flower_env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **quiet}
-    rows = []
-    work = Path(tempfile.mkdtemp(prefix="bench_vs_flower_"))  # kept, with both sides' logs, if a side fails
+    for side in set(args.sides) - {"privsilo"}:
+        python = getattr(args, f"{side}_python")
+        if not Path(python).exists():
+            sys.exit(f"bench_vs_flower: no {NAMES[side]} environment at {python}; run `bash {ENVIRONMENTS[side]}`")
     sys.path.insert(0, str(REPO))
-    export_workload(raw, work / "workload.npz")
-    privsilo_cmd = [sys.executable, __file__, "--privsilo-side", json.dumps(raw), str(work / "privsilo.json")]
-    flower_cmd = [args.flower_python, str(HERE / "flower_fedavg.py"), "--workload", str(work / "workload.npz"),
-                  "--result", str(work / "flower.json"), "--cpus", str(CPUS)]
-    load_before = os.getloadavg()
-    for repeat in range(args.repeats):
-        row = {}
-        # Alternate which side goes first, so that a drift in the machine's load does not favour one.
-        for side in ("privsilo", "flower") if repeat % 2 == 0 else ("flower", "privsilo"):
-            command, env = (privsilo_cmd, privsilo_env) if side == "privsilo" else (flower_cmd, flower_env)
-            row[side] = timed(command, env=env, result=work / f"{side}.json", log=work / f"{side}.log")
-        if row["flower"].get("complete_rounds") != args.rounds:
-            sys.exit(f"bench_vs_flower: Flower completed {row['flower'].get('complete_rounds')} of {args.rounds} "
-                     f"rounds with every silo's reply; see {work / 'flower.log'}")
-        rows.append(row)
-        privsilo, flower, timing = row["privsilo"], row["flower"], row["privsilo"]["timing"]
-        print(f"repeat {repeat + 1}: privsilo {privsilo['wall_seconds']:6.1f} s (inside run(): start-up "
-              f"{timing['data_seconds'] + timing['workers_seconds']:.1f} s, rounds {timing['rounds_seconds']:.1f} s), "
-              f"accuracy {privsilo['accuracy']:.4f} | Flower {flower['wall_seconds']:6.1f} s (ServerApp rounds "
-              f"{flower['rounds_seconds']:.1f} s), accuracy {flower['accuracy']:.4f}", flush=True)
-    shutil.rmtree(work)
-    # The same computation: the same batches from the same weights; only float rounding (privsilo aggregates in
-    # float64, Flower in float32) may move a test prediction.
-    differing = max(sum(a != b for a, b in zip(row["privsilo"]["accuracies"], row["flower"]["accuracies"]))
-                    for row in rows)
-
-    def median(side: str, key: str) -> float:
-        return statistics.median(row[side][key] for row in rows)
-
-    print(f"workload: {SILOS} IID silos of digits, MLP 64-128-10, {args.local_steps} local SGD steps of batch 32 at "
-          f"lr 0.1, {args.rounds} rounds, FedAvg, {CPUS} CPUs; medians of {args.repeats} repetitions, end to end; "
-          f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, "
-          f"{fmt_load(os.getloadavg())} at the end")
-    for side, label in (("privsilo", "privsilo:"), ("flower", "Flower:  ")):
-        print(f"{label} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}")
-    print(f"ratio privsilo / Flower: {median('privsilo', 'wall_seconds') / median('flower', 'wall_seconds'):.3f}  "
-          f"(goal <= 0.5, at equal or better accuracy)")
-    print(f"rounds whose test accuracy differs between the two (same batches, same initial weights): "
-          f"{differing} of {args.rounds}")
+    for silos in args.silos:
+        compare(args, silos)
 
 
 if __name__ == "__main__":

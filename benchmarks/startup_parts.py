@@ -16,7 +16,15 @@ import subprocess
 import sys
 import time
 
-from bench_startup import REPO, start_cluster
+from bench_startup import REPO
+
+
+def start_cluster(cpus: int):
+    """A Ray head on 127.0.0.1 with ``cpus`` logical CPUs."""
+    from ray.cluster_utils import Cluster
+
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "node_ip_address": "127.0.0.1",
+                                                         "include_dashboard": False})
 
 STEPS = {
     "interpreter": "pass",

@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch, pool status/stop.
+"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch, pool start/status/stop.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
+from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
 from simulator.output_dirs import RUNS_ROOT, new_directory, refuse_finished, removed_if_unused
 
 EXIT_USER_ERROR = 2
@@ -67,12 +68,19 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
 
-    pool = commands.add_parser("pool", help="show or stop a cluster's warm pool of actors (runs with --address lease from it)")
+    pool = commands.add_parser("pool", help="start a local warm pool of actors, or show or stop a pool (runs lease from it)")
     pool_commands = pool.add_subparsers(dest="pool_command", required=True)
+    start = pool_commands.add_parser("start", help="start a Ray head and its warm pool in the background; run, sweep, "
+                                     "audit and attack use it when no address is given")
+    start.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+                       help=f"stop the head and its actors after this long without a command (default {DEFAULT_IDLE_TIMEOUT_S:g})")
+    start.add_argument("--num-cpus", type=int, default=None, help="logical CPUs of the head (default: this machine's cores)")
     for name, text in (("status", "list the pool's actors: shape, version, idle or leased, idle time"),
-                       ("stop", "stop every actor of the pool, idle or leased, and its registry")):
+                       ("stop", "stop every actor of the pool, idle or leased, and its registry; "
+                                "without --address: the local pool's Ray head too")):
         pool_command = pool_commands.add_parser(name, help=text)
-        pool_command.add_argument("--address", required=True, help="the Ray cluster's address (HOST:PORT of the head's GCS)")
+        pool_command.add_argument("--address", default=None, help="the Ray cluster's address (HOST:PORT of the head's "
+                                  "GCS); default: the local pool that `privsilo pool start` started")
 
     data = commands.add_parser("data", help="manage datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -96,8 +104,20 @@ def _add_overrides(command: argparse.ArgumentParser, *, help: str | None) -> Non
 
 def _add_ray_options(command: argparse.ArgumentParser) -> None:
     """The options of every command that starts (or joins) Ray: --address and --no-progress."""
-    command.add_argument("--address", default=None, help="join an existing Ray cluster at this address instead of starting Ray locally")
+    command.add_argument("--address", default=None, help="join an existing Ray cluster at this address (default: the local "
+                         "pool of `privsilo pool start` if it runs, else Ray started for this command)")
     command.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | None:
+    """``--address``, else the scenario's ``ray.address`` (``configured``), else the local pool's head if it runs
+    (saying so in one line), else None: Ray of the command's own."""
+    from simulator.local_pool import address_for_command
+
+    address, note = address_for_command(args.address or configured)
+    if note:
+        print(f"privsilo: {note}", flush=True)
+    return address
 
 
 @contextmanager
@@ -139,8 +159,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.engine import run
     from simulator.invocation import invocation
 
+    address = _ray_address(args, configured=scenario.ray.address)
     with _run_directory(args, scenario_name=scenario.name) as out:
-        result = run(scenario, out_dir=out, address=args.address, progress=not args.no_progress, log=args.log,
+        result = run(scenario, out_dir=out, address=address, progress=not args.no_progress, log=args.log,
                      invocation=invocation(args.argv, args.overrides), resume=args.resume)
     from simulator.reports import result_line  # loaded by run() meanwhile
 
@@ -159,8 +180,9 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     check_targets_fit(scenario, scenario_dataset(scenario.data, seed=scenario.seed))
     from simulator.attacks.runner import attack
 
+    address = _ray_address(args, configured=scenario.ray.address)
     with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", finished_file="attack.json") as out:
-        report = attack(scenario, out_dir=out, address=args.address, progress=not args.no_progress)
+        report = attack(scenario, out_dir=out, address=address, progress=not args.no_progress)
     print(report.headline())
     print(f"results written to {out}")
     return 0
@@ -173,8 +195,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     scenario = with_audit_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
     from simulator.invocation import invocation
 
+    address = _ray_address(args, configured=scenario.ray.address)
     with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", finished_file="audit.json") as out:
-        report = audit(scenario, out_dir=out, address=args.address, progress=not args.no_progress,
+        report = audit(scenario, out_dir=out, address=address, progress=not args.no_progress,
                        invocation=invocation(args.argv, args.overrides))
     print(report.headline())
     print(f"results written to {out}")
@@ -182,11 +205,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator.experiments.sweep import sweep
+    from simulator.experiments.sweep import load_grid, sweep
 
     if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
         refuse_finished(args.out, "runs.csv", overwrite=args.overwrite)
-    result = sweep(args.grid, out_dir=args.out, seeds=_seed_option(args.seeds), overrides=args.overrides, only=args.only, address=args.address, progress=not args.no_progress)
+    seeds = _seed_option(args.seeds)
+    configured = (load_grid(args.grid, overrides=args.overrides).base.get("ray") or {}).get("address")  # bad input fails here
+    result = sweep(args.grid, out_dir=args.out, seeds=seeds, overrides=args.overrides, only=args.only,
+                   address=_ray_address(args, configured=configured), progress=not args.no_progress)
     print(result.headline())
     print((result.out_dir / "table.md").read_text(), end="")
     print(f"results written to {result.out_dir}")
@@ -279,7 +305,18 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool(args: argparse.Namespace) -> int:
-    """``pool status`` / ``pool stop`` against the cluster at ``--address`` (:mod:`simulator.detached_pool`)."""
+    """``pool start``: a local Ray head and warm pool (:mod:`simulator.local_pool`); ``pool status`` / ``pool stop``
+    against the cluster at ``--address``, else the local pool (:mod:`simulator.detached_pool`)."""
+    from simulator import local_pool
+
+    if args.pool_command == "start":
+        state = local_pool.start(idle_timeout=args.idle_timeout, num_cpus=args.num_cpus)
+        print(f"started the local pool: Ray head at {state.address} ({state.num_cpus} CPUs); run, sweep, audit and "
+              f"attack use it without --address; it stops after {state.idle_timeout:g} s without a command, or "
+              f"with `privsilo pool stop`")
+        return 0
+    if args.address is None:
+        return _local_pool_command(args.pool_command)
     import ray
 
     from simulator.cluster import join_cluster
@@ -292,6 +329,34 @@ def _cmd_pool(args: argparse.Namespace) -> int:
             print(status_table())
         else:
             print(f"stopped {stop_pool()} actors of the warm pool (registry included); none is left")
+    finally:
+        ray.shutdown()
+    return 0
+
+
+def _local_pool_command(command: str) -> int:
+    """``pool status`` / ``pool stop`` without ``--address``: the local pool of ``privsilo pool start``."""
+    import ray
+
+    from simulator import local_pool
+    from simulator.cluster import join_cluster
+    from simulator.detached_pool import status_table
+
+    state = local_pool.read_state()
+    if state is None:
+        raise PrivsiloError(f"pool {command}: no local pool is running (`privsilo pool start` starts one); "
+                            "give --address for a cluster's pool")
+    if command == "stop":
+        local_pool.stop()
+        print(f"stopped the local pool (Ray head at {state.address}, supervisor pid {state.pid}) and every process it started")
+        return 0
+    if (reason := local_pool.problem(state)) is not None:
+        print(f"the local pool is not usable: {reason} (log: {local_pool.log_path()}); `privsilo pool stop` clears it")
+        return 0
+    print(local_pool.describe(state))
+    join_cluster(state.address, connect_timeout=local_pool.REACH_TIMEOUT_S, field="local pool")
+    try:
+        print(status_table())
     finally:
         ray.shutdown()
     return 0

@@ -59,6 +59,7 @@ def run(
     resume: bool = False,
     checkpoint_dir: str | Path | None = None,
     canaries: Mapping[int, SiloCanaries] | None = None,
+    on_round: Callable[["Federation"], None] | None = None,
 ) -> RunResult:
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
     with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
@@ -67,7 +68,8 @@ def run(
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
     interrupted (see ``simulator.checkpoint``). ``canaries``: an audit's canaries by host silo (see
-    ``simulator.audit``)."""
+    ``simulator.audit``); ``on_round``: called with the federation after each round (an audit reading what the
+    server received, ``server_inbox()``)."""
     from simulator.invocation import invocation as api_invocation
     from simulator.tracking import check_trackers
 
@@ -82,7 +84,7 @@ def run(
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
     result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
-                  import_reports=out_dir is not None, canaries=canaries)
+                  import_reports=out_dir is not None, canaries=canaries, on_round=on_round)
     if out_dir is not None:
         from simulator.reports import write_run  # imported during the rounds
 
@@ -342,7 +344,8 @@ class Federation:
 
 
 def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
-         import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None) -> RunResult:
+         import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None,
+         on_round: Callable[[Federation], None] | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
     the run continues from the checkpoint there (see ``simulator.checkpoint``). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
@@ -373,6 +376,8 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             report = federation.run_round(round_index)
             if report.crashed_workers:
                 federation.recover(report.crashed_workers)
+            if on_round is not None:
+                on_round(federation)
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()

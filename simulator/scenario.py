@@ -342,11 +342,13 @@ class AuditConfig(_Block):
     kind: Literal["gradient", "input"] = "gradient"
     """`gradient`: white-box canaries whose clipped gradient (a record) or update (a user, a client) is a fixed random direction, scored by the cosine between the final model's change and that direction; `input`: out-of-distribution records (random Gaussian features, random labels) added to the silos' data, scored by minus the final model's loss on them (records of `dp_sgd` only)."""
     canaries: int = Field(1000, ge=2)
-    """How many canaries M; each is included independently with probability 1/2 (at most the training records, the users, or 1,000 per silo for client canaries)."""
+    """How many canaries M; each is included independently with probability 1/2 (at most the training records for input canaries, the users, or 1,000 per silo for client canaries; gradient canary records are not limited by the records)."""
     confidence: float = Field(0.95, gt=0, lt=1, allow_inf_nan=False)
     """Confidence of the empirical lower bound on epsilon."""
     seed: int | None = Field(None, ge=0)
     """Seed of the canaries' inclusion and directions (`null`: derived from the scenario's `seed`)."""
+    view: Literal["final_model", "uploads", "auto"] = "final_model"
+    """What the auditor scores: the `final_model`; each canary's host silo's `uploads` summed over the rounds (what the server sees without secure aggregation; `none`, `dp_sgd`, `rpdp` gradient canaries); `auto`: `uploads` where allowed, else `final_model`."""
 
 
 class MechanismConfig(_Block):

@@ -3,11 +3,15 @@ the heart disease files in the data cache ``privsilo data fetch`` fills (fetched
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 # Keep every Ray node, driver and worker of the tests on the loopback address: Ray reads this flag at import
 # time, and with it off it binds to 127.0.0.1 instead of the machine's network address. Subprocesses inherit it.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Commands the tests run never join a local pool the user started (`privsilo pool start`): the pool's state file
+# is looked for in a directory of the test run's own (simulator.local_pool.state_dir).
+os.environ["PRIVSILO_STATE_DIR"] = tempfile.mkdtemp(prefix="privsilo-test-state-")
 
 import pytest  # noqa: E402
 

@@ -97,6 +97,10 @@ def test_no_noise_and_1000_canary_clients_give_a_bound_of_at_least_3(ray_local, 
 def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
     report = audit(REPO / "scenarios" / "audits" / "dp_sgd_digits.yaml", overrides=[f"mechanism.noise_multiplier={sigma}"])
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
+    written = report.to_json()
+    assert written["view"] == "final_model" and written["ceiling"] == pytest.approx(3.9991, abs=1e-4)
+    assert written["testable"] is False and "ceiling" in written["untestable_reason"]  # claims 14.2 and 105
+    assert 0.0 < written["gdp_epsilon_lower_bound"] <= written["gdp_ceiling"] and "Gaussian" in written["gdp_null"]
 
 
 def test_input_canary_audit_writes_a_bound_below_the_claim(ray_local):
@@ -126,7 +130,7 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
 
 @pytest.mark.parametrize("audit_block, mechanism, field", [
     ({"canaries": 1}, {"name": "dp_sgd"}, "audit.canaries"),
-    ({"canaries": 5000}, {"name": "dp_sgd"}, "audit.canaries"),
+    ({"canaries": 5000, "kind": "input"}, {"name": "dp_sgd", "sampling_rate": 0.1}, "audit.canaries"),
     ({"unit": "household"}, {"name": "dp_sgd"}, "audit.unit"),
     ({"kind": "membership"}, {"name": "dp_sgd"}, "audit.kind"),
     ({"unit": "client"}, {"name": "dp_sgd"}, "audit.unit"),
@@ -134,11 +138,59 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
     ({"kind": "input"}, {"name": "none"}, "audit.kind"),
     ({}, {"name": "rpdp", "budgets": {"distribution": "bounded_pareto"}}, "mechanism.budgets"),
     ({"kind": "input"}, {"name": "dp_sgd"}, "mechanism.sampling_rate"),
+    ({"view": "server"}, {"name": "dp_sgd"}, "audit.view"),
+    ({"view": "uploads", "kind": "input"}, {"name": "dp_sgd", "sampling_rate": 0.1}, "audit.view"),
+    ({"view": "uploads", "unit": "client"}, {"name": "pldp"}, "audit.view"),
 ])
 def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, field):
     code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and field in err, err
+
+
+def test_gradient_canary_records_are_not_limited_by_the_records_input_canaries_are(tmp_path, capsys):
+    many = small_scenario(mechanism={"name": "dp_sgd", "sampling_rate": 0.1}, audit={"canaries": 5000})
+    assert validate_scenario(many).audit.canaries == 5000  # more than the silos' records
+    assert main(["validate", *_scenario_file(tmp_path, {**many, "audit": {"canaries": 5000, "kind": "input"}})]) == 2
+    assert "one input canary per training record" in capsys.readouterr().err
+
+
+def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_back(tmp_path, capsys):
+    from simulator.audit.config import audit_view
+
+    secure = small_scenario(mechanism={"name": "dp_sgd"}, audit={"view": "uploads"}, protocol={"secure_aggregation": True})
+    assert main(["validate", *_scenario_file(tmp_path, secure)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "audit.view" in line and "secure_aggregation" in line
+    assert audit_view(validate_scenario({**secure, "audit": {"view": "auto"}})) == "final_model"
+    assert audit_view(validate_scenario(small_scenario(mechanism={"name": "dp_sgd"}, audit={"view": "auto"}))) == "uploads"
+    assert audit_view(validate_scenario(small_scenario(mechanism={"name": "dp_sgd"}, audit={}))) == "final_model"
+
+
+def test_upload_sums_add_each_silos_model_changes_and_score_canaries_against_their_host():
+    from protocols.plain import PlainVector
+    from simulator.audit.runner import UploadSums
+
+    class Inboxes:  # what the server's inbox held in two rounds: [weight x delta, weight] per silo
+        def __init__(self):
+            self.rounds = iter([{0: PlainVector(0, 0, np.array([2.0, 4.0, 2.0])), 1: PlainVector(1, 0, np.array([3.0, 0.0, 3.0]))},
+                                {0: PlainVector(0, 1, np.array([1.0, 0.0, 1.0]))}])
+
+        def server_inbox(self):
+            return next(self.rounds)
+
+    sums, federation = UploadSums(), Inboxes()
+    sums(federation), sums(federation)
+    np.testing.assert_allclose(sums.sums[0], [2.0, 2.0])
+    np.testing.assert_allclose(sums.sums[1], [1.0, 0.0])
+    scenario = validate_scenario(_audited({"name": "dp_sgd"}, canaries=20))
+    plan = CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10)
+    host = int(plan.hosts[3])
+    changes = {silo: canary_directions(plan.seed, np.array([3]), 500)[0] if silo == host else np.ones(500) for silo in range(3)}
+    scores = plan.scores_by_host(changes)
+    assert scores[3] == pytest.approx(1.0)
+    hosted_elsewhere = plan.hosts != host
+    np.testing.assert_allclose(scores[hosted_elsewhere], plan.scores(np.ones(500))[hosted_elsewhere])
 
 
 def test_audit_of_uldp_with_private_weighting_is_refused(tmp_path, capsys):

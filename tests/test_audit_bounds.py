@@ -1,6 +1,7 @@
 """simulator.audit.bounds: Steinke et al.'s one-run lower bound (soundness on mechanisms of known epsilon, power,
-the p-value against independent evaluations) and Andrew et al.'s Gaussian-fit estimate (against the analytic
-Gaussian mechanism and numerical integration)."""
+the p-value against independent evaluations, its ceiling), Mahloujifar et al.'s f-DP (Gaussian-DP) one-run bound
+(soundness on mechanisms of known mu, against the counting bound) and Andrew et al.'s Gaussian-fit estimate
+(against the analytic Gaussian mechanism and numerical integration)."""
 from __future__ import annotations
 
 import itertools
@@ -19,7 +20,11 @@ from simulator.audit.bounds import (
     AuditBound,
     GaussianEstimate,
     default_guess_counts,
+    epsilon_ceiling,
     epsilon_lower_bound,
+    fdp_one_run_audit,
+    gdp_mu_lower_bound,
+    gdp_rejects,
     gaussian_fit_estimate,
     one_run_audit,
     p_value,
@@ -118,6 +123,20 @@ def test_largest_bound_with_1000_canaries(delta, largest):
     assert bound.epsilon <= largest or delta > 0  # at delta = 0: rounded down from the closed form
 
 
+@pytest.mark.parametrize("m, ceiling", [(300, 3.9991), (1000, 5.1350)])
+def test_the_ceiling_is_the_bound_with_every_guess_right(m, ceiling):
+    # the review's figures: 4.00 with 300 canaries, 5.14 with 1,000 (delta 1e-5, the default grid, 0.95)
+    assert epsilon_ceiling(m, 1e-5, CONFIDENCE) == pytest.approx(ceiling, abs=1e-4)
+    half = np.arange(m) % 2 == 0  # perfect scores with exactly half included: every guess right at every count
+    perfect = one_run_audit(half.astype(np.float64), half, 1e-5, CONFIDENCE)
+    assert perfect.epsilon == perfect.ceiling == epsilon_ceiling(m, 1e-5, CONFIDENCE)
+    rng = np.random.default_rng([SEED, m])
+    for mu in (1.0, 4.0, 30.0):  # whatever the scores, the bound stays at or below the ceiling
+        included = rng.random(m) < 0.5
+        bound = one_run_audit(included * mu + rng.standard_normal(m), included, 1e-5, CONFIDENCE)
+        assert bound.epsilon <= bound.ceiling
+
+
 def test_bonferroni_over_the_grid():
     rng = np.random.default_rng([SEED, 11])
     scores, included = _gaussian_mechanism(rng, 3.0)
@@ -140,6 +159,60 @@ def test_ties_are_broken_by_index():
     # k = 3: "in" for canaries 0 and 1, "out" for canary 7 -> 2 right; k = 8: "in" 0-3, "out" 4-7 -> 3 + 3 right
     assert [c[:2] for c in bound.candidates] == [(3, 2), (8, 6)]
     assert one_run_audit(np.zeros(8), included, 0.0, CONFIDENCE, guess_counts=[3, 8]) == bound
+
+
+# --- Mahloujifar et al.: the Gaussian-DP one-run bound -------------------------------------------------------
+
+
+def _randomized_response_mu(epsilon: float) -> float:
+    """The smallest mu with randomized response at epsilon mu-GDP: the largest over alpha of
+    ``Phi^-1(1 - alpha) - Phi^-1(f_RR(alpha))``, ``f_RR(alpha) = max(1 - e^eps alpha, e^-eps (1 - alpha))`` (Dong et
+    al. 2022: f-DP is the trade-off curve lying above; maximised on a fine grid, the kink alpha = 1 / (1 + e^eps)
+    included)."""
+    alpha = np.concatenate([np.geomspace(1e-12, 0.5, 200_000), [1 / (1 + math.exp(epsilon))]])
+    trade_off = np.maximum(1 - math.exp(epsilon) * alpha, math.exp(-epsilon) * (1 - alpha))
+    return float(np.max(stats.norm.isf(alpha) - stats.norm.ppf(trade_off)))
+
+
+@pytest.mark.parametrize("mu", [1.0, 2.0])
+def test_gdp_bound_is_sound_on_the_gaussian_mechanism(mu):
+    rng = np.random.default_rng([SEED, 17, int(mu)])
+    bounds = [fdp_one_run_audit(*_gaussian_mechanism(rng, mu), 1e-5, CONFIDENCE) for _ in range(REPEATS)]
+    _assert_sound([bound.mu for bound in bounds], mu)
+    _assert_sound([bound.epsilon for bound in bounds], _gaussian_epsilon(mu, 1e-5))
+    assert np.mean([bound.mu for bound in bounds]) > 0.4 * mu  # and not vacuous
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 2.0])
+def test_gdp_bound_is_sound_on_randomized_response(epsilon):
+    rng = np.random.default_rng([SEED, 19, int(epsilon)])
+    bounds = [fdp_one_run_audit(*_randomized_response(rng, epsilon), 1e-5, CONFIDENCE).mu for _ in range(REPEATS)]
+    _assert_sound(bounds, _randomized_response_mu(epsilon))
+
+
+def test_gdp_bound_rejects_more_than_the_counting_bound_on_gaussian_scores():
+    # the stronger null is rejected further: on mu = 1 scores (eps 4.4 at 1e-5) the GDP epsilon is above the
+    # counting bound in every one of 20 draws, and both stay below their ceilings
+    rng = np.random.default_rng([SEED, 23])
+    for _ in range(20):
+        scores, included = _gaussian_mechanism(rng, 1.0)
+        gdp, counting = fdp_one_run_audit(scores, included, 1e-5, CONFIDENCE), one_run_audit(scores, included, 1e-5, CONFIDENCE)
+        assert counting.epsilon < gdp.epsilon <= gdp.ceiling and gdp.mu <= gdp.ceiling_mu
+
+
+@pytest.mark.parametrize("m, k, c", [(1000, 200, 180), (1000, 1000, 700), (300, 30, 30), (100, 50, 26)])
+def test_gdp_rejection_is_monotone_in_mu_and_the_bound_is_its_edge(m, k, c):
+    level = 0.005
+    verdicts = [gdp_rejects(m, k, c, mu, level) for mu in np.linspace(0.0, 4.0, 401)]
+    assert all(earlier or not later for earlier, later in zip(verdicts, verdicts[1:]))  # rejected, then never again
+    mu = gdp_mu_lower_bound(m, k, c, 1 - level)
+    if mu > 0:
+        assert gdp_rejects(m, k, c, mu, level) and not gdp_rejects(m, k, c, mu + 2e-4, level)
+
+
+def test_gdp_rejects_nothing_from_chance_guesses():
+    # half of the guesses right: mu = 0 (no information) is not rejected, and the bound is 0
+    assert not gdp_rejects(1000, 200, 100, 0.0, 0.05) and gdp_mu_lower_bound(1000, 200, 100, 0.95) == 0.0
 
 
 # --- the p-value ------------------------------------------------------------------------------------------

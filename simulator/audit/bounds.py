@@ -15,6 +15,17 @@ with ``q = e^epsilon / (1 + e^epsilon)`` the accuracy of epsilon-DP randomized r
 (epsilon, delta)-DP, at that confidence. [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound] is the largest such epsilon and
 [`one_run_audit`][simulator.audit.bounds.one_run_audit] the whole audit from the canaries' scores.
 
+**f-DP lower bound** (Mahloujifar, Melis and Chaudhuri, "Auditing f-Differential Privacy in One Run", ICML 2025;
+arXiv:2410.22235): the same game and guesses, tested against a stronger null hypothesis, "the mechanism is
+mu-Gaussian-DP with respect to each canary" (its trade-off function ``f_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``,
+Dong, Roth and Su 2022). The paper bounds the chance of ``c`` or more correct of ``k`` guesses under an f-DP
+mechanism by a recursion over the correct guesses (:func:`gdp_rejects`), which uses the whole trade-off curve
+rather than one (epsilon, delta) point of it, and so rejects more. :func:`fdp_one_run_audit` returns the largest
+mu rejected, and the epsilon at ``delta`` of a mu-GDP mechanism (:func:`mechanisms.pld.gaussian_epsilon`): the
+audited mechanism is not mu-GDP, at the confidence. That is *not* the statement "not (epsilon, delta)-DP" (a
+mechanism can be (epsilon(mu), delta)-DP without being mu-GDP), so the two bounds answer different questions and
+are reported side by side.
+
 **Estimate** (Andrew, Kairouz, Oh, Oprea, McMahan and Suriyakumar, "One-shot Empirical Privacy Estimation for
 Federated Learning", ICLR 2024, the one-shot estimate): fit a Gaussian to the cosines between the final model
 delta and the inserted canaries' directions, another to those of unobserved canaries (random directions never
@@ -28,9 +39,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
 
 import numpy as np
 from scipy.special import bdtrc, expit, gammaln, ndtr
+
+from mechanisms.pld import gaussian_epsilon
 
 EPSILON_TOLERANCE = 1e-6
 """Bisection tolerance of [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
@@ -62,6 +77,25 @@ class AuditBound:
     k_minus: int
     per_test_confidence: float  # 1 - (1 - confidence) / len(candidates): the level each guess count is tested at
     candidates: tuple[tuple[int, int, float], ...]  # (guesses, correct, epsilon) for each guess count, for plots
+    ceiling: float  # the bound with every guess right (:func:`epsilon_ceiling`): no outcome of these canaries gives more
+
+
+@dataclass(frozen=True)
+class GdpAuditBound:
+    """The result of :func:`fdp_one_run_audit`: with probability at least ``confidence`` over the canaries'
+    inclusion coins, the audited mechanism is not mu-GDP for any mu < ``mu`` (nor, so, GDP at ``epsilon``)."""
+
+    mu: float  # the lower bound on mu: the largest over ``candidates``
+    epsilon: float  # the epsilon at ``delta`` of the mu-Gaussian mechanism
+    confidence: float
+    delta: float
+    canaries: int
+    guesses: int
+    correct: int
+    per_test_confidence: float
+    candidates: tuple[tuple[int, int, float | None], ...]  # (guesses, correct, mu), mu None where not above the counts before
+    ceiling_mu: float  # the largest mu these canaries could reject (every guess right)
+    ceiling: float  # its epsilon at ``delta``
 
 
 @dataclass(frozen=True)
@@ -128,6 +162,22 @@ def default_guess_counts(m: int) -> tuple[int, ...]:
     return tuple(int(k) for k in np.unique(grid))
 
 
+def epsilon_ceiling(m: int, delta: float, confidence: float, guess_counts: Sequence[int] | None = None) -> float:
+    """The largest bound :func:`one_run_audit` can return for ``m`` canaries at ``delta`` and ``confidence`` with these
+    guess counts (default :func:`default_guess_counts`): every guess of every count right (``v = r``), the best count
+    taken. A claim above it cannot be refuted by this audit whatever the scores; a bound below a claim never confirms
+    it either (an audit only ever rejects)."""
+    _check_delta(delta)
+    _check_confidence(confidence)
+    counts = default_guess_counts(m) if guess_counts is None else _check_guess_counts(guess_counts, m)
+    return _epsilon_ceiling(m, delta, 1.0 - (1.0 - confidence) / len(counts), counts)
+
+
+@lru_cache(maxsize=256)
+def _epsilon_ceiling(m: int, delta: float, per_test_confidence: float, counts: tuple[int, ...]) -> float:
+    return max(epsilon_lower_bound(m, k, k, delta, per_test_confidence) for k in counts)
+
+
 def one_run_audit(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -181,6 +231,7 @@ def one_run_audit(
         k_minus=guesses // 2,
         per_test_confidence=per_test_confidence,
         candidates=tuple(candidates),
+        ceiling=epsilon_ceiling(m, delta, confidence, counts),
     )
 
 
@@ -209,6 +260,125 @@ def _cumulative_correct(scores: np.ndarray, included: np.ndarray) -> tuple[np.nd
     in_correct = np.concatenate(([0], np.cumsum(ranked)))
     out_correct = np.concatenate(([0], np.cumsum(~ranked[::-1])))
     return in_correct, out_correct
+
+
+# --- Mahloujifar et al.: the f-DP (Gaussian-DP) one-run lower bound ----------------------------------------
+
+_STANDARD_NORMAL = NormalDist()  # pure-Python cdf and inverse cdf: faster than scipy's on scalars
+
+MU_TOLERANCE = 1e-4
+"""Bisection tolerance of :func:`gdp_mu_lower_bound` (the bound is the bracket's lower end, rounded down: at most
+1e-4 below the largest mu rejected, some 1e-3 in epsilon)."""
+
+MU_SEARCH_LIMIT = 64.0
+"""The largest mu :func:`gdp_mu_lower_bound` tries (a mu-GDP mechanism with mu = 64 has epsilon above 2,000 at any
+delta above 1e-300): beyond it the guesses are treated as if no privacy at all were claimed."""
+
+
+def gdp_rejects(m: int, k: int, c: int, mu: float, level: float) -> bool:
+    """Whether ``c`` correct of ``k`` guesses on ``m`` canaries reject "mu-GDP per canary" at ``level`` (Mahloujifar
+    et al. 2025, Sec. 4, the recursion with its cap at 1).
+
+    The recursion walks ``i = c - 1, ..., 0``. ``r`` and ``h`` bound, in units of ``m``, how much probability mass
+    the correct and the incorrect guesses can carry if the event "``c`` or more correct" had probability ``level``:
+    they start at ``level c / m`` and ``level (k - c) / m``; each step lets ``h`` rise to what the trade-off curve
+    forces, ``f_mu``'s inverse blow-up ``Phi(Phi^-1(r) - mu)`` applied to ``r``, and ``r`` rise by ``i / (k - i)``
+    times that increase (capped at 1). A mu-GDP mechanism must leave ``r + h <= k / m``; above it the null is
+    rejected. ``h`` stops rising once it no longer changes, and then nothing changes."""
+    r, h, total = level * c / m, level * (k - c) / m, k / m
+    for i in range(c - 1, -1, -1):
+        if r + h > total:  # r and h never decrease: rejected already
+            return True
+        raised = max(h, _inverse_blow_up(r, mu))
+        if raised == h:
+            break
+        r, h = min(r + i / (k - i) * (raised - h), 1.0), raised
+    return r + h > total
+
+
+def _inverse_blow_up(r: float, mu: float) -> float:
+    """``Phi(Phi^-1(r) - mu)``, mu-GDP's inverse blow-up function (``1 - f_mu`` inverted), 0 at 0 and 1 at 1."""
+    if r <= 0.0 or r >= 1.0:
+        return min(max(r, 0.0), 1.0)
+    return _STANDARD_NORMAL.cdf(_STANDARD_NORMAL.inv_cdf(r) - mu)
+
+
+def gdp_mu_lower_bound(m: int, k: int, c: int, confidence: float, *, at_least: float = 0.0) -> float:
+    """The largest mu whose null "mu-GDP" :func:`gdp_rejects` rejects at ``1 - confidence`` (0 where even mu = 0 is
+    not rejected): bisection, the rejection being monotone in mu (a larger mu lowers the inverse blow-up, so ``h``
+    and ``r`` rise less); the lower end of the final bracket is returned, so the bound is itself rejected. With
+    ``at_least`` (a bound already found), ``at_least`` is returned unless this count rejects more (a short cut)."""
+    _check_counts(m, k, c)
+    _check_confidence(confidence)
+    level = 1.0 - confidence
+    if not gdp_rejects(m, k, c, at_least, level):
+        return at_least
+    low, high = at_least, max(1.0, 2.0 * at_least)
+    while gdp_rejects(m, k, c, high, level):
+        if high >= MU_SEARCH_LIMIT:
+            return high
+        low, high = high, 2.0 * high
+    while high - low > MU_TOLERANCE:
+        middle = 0.5 * (low + high)
+        if gdp_rejects(m, k, c, middle, level):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def fdp_one_run_audit(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    delta: float,
+    confidence: float,
+    guess_counts: Sequence[int] | None = None,
+) -> GdpAuditBound:
+    """Mahloujifar et al.'s f-DP one-run audit for the null "mu-GDP per canary", with the guesses of
+    :func:`one_run_audit` (the same grid fixed in advance, Bonferroni over it, symmetric "in"/"out" guesses: a
+    mu-GDP trade-off function is symmetric and both directions of add/remove are mu-GDP, so a wrong "out" guess is
+    bounded as a wrong "in" guess is). The bound is reported as mu and as mu's epsilon at ``delta`` (> 0)."""
+    scores_array, included_array = _check_canary_arrays(scores, included)
+    _check_confidence(confidence)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1) for a Gaussian-DP bound's epsilon, got {delta!r}")
+    m = len(scores_array)
+    counts = default_guess_counts(m) if guess_counts is None else _check_guess_counts(guess_counts, m)
+    per_test_confidence = 1.0 - (1.0 - confidence) / len(counts)
+    in_correct, out_correct = _cumulative_correct(scores_array, included_array)
+    candidates, best = [], 0.0
+    for k in counts:  # each count searched above the best so far only (the same maximum, found faster)
+        correct = int(in_correct[(k + 1) // 2] + out_correct[k // 2])
+        mu = gdp_mu_lower_bound(m, k, correct, per_test_confidence, at_least=best)
+        candidates.append((k, correct, mu if mu > best else None))
+        best = max(best, mu)
+    tried = [candidate for candidate in candidates if candidate[2] is not None]
+    guesses, correct, mu = max(tried, key=lambda candidate: candidate[2]) if tried else (counts[0], candidates[0][1], 0.0)
+    ceiling_mu = _gdp_ceiling_mu(m, per_test_confidence, counts)
+    return GdpAuditBound(
+        mu=mu,
+        epsilon=_gdp_epsilon(mu, delta),
+        confidence=confidence,
+        delta=delta,
+        canaries=m,
+        guesses=guesses,
+        correct=correct,
+        per_test_confidence=per_test_confidence,
+        candidates=tuple(candidates),
+        ceiling_mu=ceiling_mu,
+        ceiling=_gdp_epsilon(ceiling_mu, delta),
+    )
+
+
+@lru_cache(maxsize=256)
+def _gdp_ceiling_mu(m: int, per_test_confidence: float, counts: tuple[int, ...]) -> float:
+    """The largest mu any outcome rejects: every guess of some count right."""
+    return max(gdp_mu_lower_bound(m, k, k, per_test_confidence) for k in counts)
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """mu-GDP's epsilon at delta, rounded down by the tolerance of its root (a lower bound stays below)."""
+    return 0.0 if mu == 0.0 else max(0.0, gaussian_epsilon(mu, delta) * (1.0 - 1e-9))
 
 
 # --- Andrew et al.: the Gaussian-fit estimate ---------------------------------------------------------------

@@ -81,14 +81,23 @@ class CanaryPlan:
                 name: values[ids] for name in ("budgets", "features", "labels") if (values := getattr(self, name)) is not None})
         return hosted
 
-    def scores(self, change: np.ndarray) -> np.ndarray:
-        """``cos(change, u_i)`` of every canary (included or not), computed a block of canaries at a time."""
+    def scores(self, change: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+        """``cos(change, u_i)`` of the canaries ``ids`` (default: every canary, included or not), computed a block
+        of canaries at a time."""
+        ids = np.arange(self.count) if ids is None else np.asarray(ids, dtype=np.int64)
         norm = np.linalg.norm(change)
-        if norm == 0.0:
-            return np.zeros(self.count)
-        ids = np.arange(self.count)
+        if norm == 0.0 or ids.size == 0:
+            return np.zeros(ids.size)
         return np.concatenate([canary_directions(self.seed, block, change.size) @ change / norm
-                               for block in np.array_split(ids, max(1, self.count // 64))])
+                               for block in np.array_split(ids, max(1, ids.size // 64))])
+
+    def scores_by_host(self, changes: dict[int, np.ndarray]) -> np.ndarray:
+        """Each canary's ``cos(changes[host], u_i)`` against its host silo's change (0 where the host sent none)."""
+        scores = np.zeros(self.count)
+        for silo, change in changes.items():
+            hosted = np.flatnonzero(self.hosts == silo)
+            scores[hosted] = self.scores(change, hosted)
+        return scores
 
 
 def _canary_user_records(count: int, silos: int, rng: np.random.Generator, *, every_silo: bool) -> np.ndarray:

@@ -14,7 +14,8 @@ member's epsilon).
   under ``clipped`` they bound telling apart two clipped updates of the same hypothesis (replacing a client's
   update within the radius R: an audit's excluded canaries stand for an update along an unrelated direction),
   and the per-client total is the headline ``claimed_epsilon``; under ``paper`` they are the paper's numbers and
-  no guarantee (the noise scale reveals ||delta||), so there is no ``claimed_epsilon``.
+  no guarantee (the noise scale reveals ||delta||), so there is no ``claimed_epsilon``. The audit itself adds or
+  removes canary clients, not replaces them: ``claim_mismatch`` says so in ``audit.json``.
 """
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ DPRIVACY_NOTES = {
     "paper": ("calibration 'paper': the paper's leakage figures, no guarantee (the noise scale reveals ||delta||); "
               "no claimed epsilon"),
 }
+
+
+DPRIVACY_MISMATCH = ("the leakage bounds replacing one client's clipped update by another; this audit adds or removes a "
+                     "canary client (an excluded canary uploads nothing), a different neighbouring relation, so its bound "
+                     "is set against a claim the claim does not make: a bound above the leakage would not by itself refute it")
 
 
 def client_claims(mechanism: str, privacy: Mapping[str, Any], hosts: Iterable[int]) -> dict[str, Any]:
@@ -47,6 +53,7 @@ def client_claims(mechanism: str, privacy: Mapping[str, Any], hosts: Iterable[in
             "claimed_leakage_per_participation": max(
                 (client["per_participation"] for client in clients if client["participations"]), default=None),
             "claim_note": DPRIVACY_NOTES[leakage["calibration"]],
+            "claim_mismatch": DPRIVACY_MISMATCH,
         }
     return {}
 

@@ -21,6 +21,7 @@ SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
 }
 ULDP_AUDITED_VARIANTS = ("avg", "avg_w", "sgd")
 INPUT_CANARY_MECHANISMS = ("dp_sgd",)
+UPLOADS_VIEW_MECHANISMS = ("none", "dp_sgd", "rpdp")  # uploads [weight x delta, weight] with the canaries inside
 MAX_CANARY_CLIENTS_PER_SILO = 1000
 
 
@@ -47,6 +48,8 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
     if audit.kind == "input" and scenario.mechanism.params.sampling_rate is None:
         raise ScenarioError("mechanism.sampling_rate", None, "input canaries join the silos' records: set a fixed rate, "
                             "else q = batch_size / records would change with the canaries included")
+    if audit.view == "uploads" and (reason := uploads_view_refusal(scenario)):
+        raise ScenarioError("audit.view", "uploads", reason)
     if name == "rpdp":
         _check_rpdp(scenario)
     if name == "uldp":
@@ -56,11 +59,33 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")
 
 
+def uploads_view_refusal(scenario: Scenario) -> str | None:
+    """Why the server cannot score the canaries against their host silos' uploads (None where it can)."""
+    if scenario.protocol.secure_aggregation:
+        return "under protocol.secure_aggregation the server sees only the sum of the uploads: use final_model or auto"
+    if scenario.mechanism.name not in UPLOADS_VIEW_MECHANISMS:
+        return f"the uploads view reads FedAvg uploads of {', '.join(UPLOADS_VIEW_MECHANISMS)}: use final_model or auto"
+    if scenario.audit.kind != "gradient":
+        return "input canaries are scored by the final model's loss: use final_model or auto"
+    return None
+
+
+def audit_view(scenario: Scenario) -> str:
+    """The view an audit scores: ``audit.view``, with ``auto`` the uploads where the threat model lets the server
+    see them, else the final model."""
+    view = scenario.audit.view
+    if view == "auto":
+        return "final_model" if uploads_view_refusal(scenario) else "uploads"
+    return view
+
+
 def _capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> int | None:
     if unit == "client":
         return MAX_CANARY_CLIENTS_PER_SILO * scenario.data.silos
     if unit == "user":
         return None if scenario.data.users is None else scenario.data.users.count
+    if scenario.audit.kind == "gradient":  # a gradient canary is a direction inside the mechanism, not a record
+        return None
     limits = [train_records]
     if scenario.data.max_records_per_silo is not None:
         limits.append(scenario.data.max_records_per_silo * scenario.data.silos)
@@ -72,7 +97,7 @@ def _capacity_reason(unit: str) -> str:
     return {
         "client": f"{MAX_CANARY_CLIENTS_PER_SILO} canary clients per silo",
         "user": "one canary per user of data.users.count",
-        "record": "one canary per training record the silos hold",
+        "record": "one input canary per training record the silos hold",
     }[unit]
 
 

@@ -6,17 +6,35 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.audit.bounds import AuditBound, GaussianEstimate
+from simulator.audit.bounds import AuditBound, GaussianEstimate, GdpAuditBound
 from simulator.reports import finite_or_none
 from simulator.results import RunResult
 from simulator.scenario import Scenario
 
-VIEW = "final model"
-SCORES = {
-    "gradient": "cosine between the final model's change (its negative for record canaries, whose direction is a gradient) and the "
-                "canary's direction; the largest over the hypotheses where the mechanism keeps several",
-    "input": "minus the final model's loss on the canary (a random Gaussian input with a random label)",
+NULLS = {
+    "counting": "(epsilon, delta)-DP per canary (Steinke, Nasr and Jagielski 2023): a bound above epsilon refutes the claim",
+    "gdp": ("mu-Gaussian DP per canary (Mahloujifar, Melis and Chaudhuri 2025), reported with mu's epsilon at delta: a "
+            "stronger null, so the bound refutes 'mu-GDP' (and a claim made as mu-GDP), not every (epsilon, delta) claim"),
 }
+SCORES = {
+    ("final_model", "gradient"): "cosine between the final model's change (its negative for record canaries, whose direction is a "
+                                 "gradient) and the canary's direction; the largest over the hypotheses where the mechanism keeps several",
+    ("final_model", "input"): "minus the final model's loss on the canary (a random Gaussian input with a random label)",
+    ("uploads", "gradient"): "cosine between the canary's host silo's uploads, read as model changes and summed over the rounds "
+                             "(their negative for record canaries), and the canary's direction",
+}
+
+
+def testability(claim: float | None, ceiling: float, canaries: int) -> dict[str, Any]:
+    """Whether an audit of ``canaries`` canaries, whose bound cannot exceed ``ceiling``, could refute ``claim``:
+    ``testable`` (None without a claim) and, when it could not, ``untestable_reason``."""
+    if claim is None:
+        return {"testable": None}
+    if claim <= ceiling:
+        return {"testable": True}
+    return {"testable": False, "untestable_reason": (
+        f"the claim {claim:.4g} is above the ceiling {ceiling:.4g}, the bound {canaries} canaries give with every guess "
+        "right: no outcome of this audit can refute it (and no audit confirms a claim)")}
 
 
 @dataclass(frozen=True)
@@ -29,6 +47,7 @@ class AuditGroup:
     claimed_epsilon: float | None
     confidence: float
     bound: AuditBound | None
+    gdp_bound: GdpAuditBound | None
     estimate: GaussianEstimate | None
     scores: np.ndarray
     included: np.ndarray
@@ -37,6 +56,24 @@ class AuditGroup:
     def lower_bound(self) -> float:
         """The group's bound (0, the trivial one, where it has too few canaries for any)."""
         return 0.0 if self.bound is None else self.bound.epsilon
+
+    @property
+    def ceiling(self) -> float:
+        """The largest bound these canaries could give (every guess right; 0 without a bound)."""
+        return 0.0 if self.bound is None else self.bound.ceiling
+
+    def testability(self) -> dict[str, Any]:
+        """``testable`` (None without a claim) and, where the claim is above the ceiling, why not."""
+        return testability(self.claimed_epsilon, self.ceiling, int(self.scores.size))
+
+    def _gdp_json(self) -> dict[str, Any] | None:
+        """The f-DP bound's figures (None without a bound)."""
+        gdp = self.gdp_bound
+        if gdp is None:
+            return None
+        return {"null": NULLS["gdp"], "mu_lower_bound": gdp.mu, "epsilon_lower_bound": gdp.epsilon, "guesses": gdp.guesses,
+                "correct": gdp.correct, "ceiling_mu": gdp.ceiling_mu, "ceiling": gdp.ceiling,
+                "guess_counts_tried": [{"guesses": k, "correct": v, "mu": mu} for k, v, mu in gdp.candidates]}
 
     def to_json(self) -> dict[str, Any]:
         bound, estimate = self.bound, self.estimate
@@ -48,10 +85,13 @@ class AuditGroup:
             "estimate": None if estimate is None else finite_or_none(estimate.epsilon),
             "canaries": int(self.scores.size),
             "included": int(self.included.sum()),
+            "ceiling": self.ceiling,
+            **self.testability(),
         }
         if bound is not None:
             report.update(guesses=bound.guesses, correct=bound.correct, per_guess_count_confidence=bound.per_test_confidence,
                           guess_counts_tried=[{"guesses": k, "correct": v, "epsilon": e} for k, v, e in bound.candidates])
+        report["gdp"] = self._gdp_json()
         if estimate is not None:
             report["estimate_fit"] = {"mean_included": estimate.mu_observed, "std_included": estimate.std_observed,
                                       "mean_excluded": estimate.mu_unobserved, "std_excluded": estimate.std_unobserved}
@@ -64,6 +104,7 @@ class AuditReport:
 
     scenario: Scenario
     unit: str
+    view: str  # final_model or uploads (audit.view, auto resolved)
     seed: int
     delta: float
     claims: Mapping[str, float | str | None]
@@ -75,13 +116,37 @@ class AuditReport:
         """The largest of the groups' bounds: valid at the audit's confidence, which the groups split (Bonferroni)."""
         return max(group.lower_bound for group in self.groups)
 
+    @property
+    def ceiling(self) -> float:
+        """The largest bound the audit could give: the largest of the groups' ceilings."""
+        return max(group.ceiling for group in self.groups)
+
+    def testability(self) -> dict[str, Any]:
+        """The headline claim against the audit's ceiling; with several groups (rPDP's levels) the claim is
+        testable if some level's is (each level's own verdict is in ``levels``)."""
+        if len(self.groups) > 1:
+            verdicts = [group.testability() for group in self.groups]
+            if any(verdict["testable"] for verdict in verdicts):
+                return {"testable": True}
+            reasons = [f"budget {g.budget:g}: {v['untestable_reason']}" for g, v in zip(self.groups, verdicts) if v["testable"] is False]
+            return {"testable": False, "untestable_reason": "; ".join(reasons)} if reasons else {"testable": None}
+        return testability(self.claims.get("claimed_epsilon"), self.ceiling, self.groups[0].scores.size)
+
     def to_json(self) -> dict[str, Any]:
         audit = self.scenario.audit
         headline = max(self.groups, key=lambda group: group.lower_bound)
+        gdp = max((g.gdp_bound for g in self.groups if g.gdp_bound is not None), key=lambda b: b.epsilon, default=None)
         report = {
             "empirical_epsilon_lower_bound": self.lower_bound,
+            "null": NULLS["counting"],
+            "gdp_epsilon_lower_bound": None if gdp is None else gdp.epsilon,
+            "gdp_mu_lower_bound": None if gdp is None else gdp.mu,
+            "gdp_ceiling": None if gdp is None else gdp.ceiling,
+            "gdp_null": NULLS["gdp"],
             "confidence": audit.confidence,
             "estimate": headline.to_json()["estimate"],
+            "ceiling": self.ceiling,
+            **self.testability(),
             "estimate_note": "Andrew et al. 2024's Gaussian fit: an estimate, not a bound",
             **self.claims,
             "delta": self.delta,
@@ -90,8 +155,8 @@ class AuditReport:
             "correct": None if headline.bound is None else headline.bound.correct,
             "unit": self.unit,
             "kind": audit.kind,
-            "view": VIEW,
-            "score": SCORES[audit.kind],
+            "view": self.view,
+            "score": SCORES[self.view, audit.kind],
             "guess_counts": "a grid fixed before scoring (from M only); each count tested at level (1 - confidence) / "
                             "(grid size x groups), Bonferroni, and the largest bound reported",
             "seed": self.seed,
@@ -105,7 +170,10 @@ class AuditReport:
     def headline(self) -> str:
         claim = self.claims.get("claimed_epsilon")
         claimed = "no claim" if claim is None else f"claimed epsilon {claim:.4g}"
-        line = (f"audit ({self.unit} canaries, {self.scenario.audit.kind}): epsilon >= {self.lower_bound:.3g} at "
-                f"{self.scenario.audit.confidence:g} confidence, delta = {self.delta:g} ({claimed})")
+        gdp = max((g.gdp_bound.epsilon for g in self.groups if g.gdp_bound is not None), default=0.0)
+        line = (f"audit ({self.unit} canaries, {self.scenario.audit.kind}, {self.view} view): epsilon >= {self.lower_bound:.3g} at "
+                f"{self.scenario.audit.confidence:g} confidence, delta = {self.delta:g} ({claimed}; ceiling "
+                f"{self.ceiling:.3g}{'' if self.testability()['testable'] is not False else ', claim untestable'}); "
+                f"not Gaussian-DP at epsilon {gdp:.3g}")
         levels = [f"budget {g.budget:g}: >= {g.lower_bound:.3g}" for g in self.groups if g.budget is not None]
         return line + ("; " + ", ".join(levels) if levels else "")

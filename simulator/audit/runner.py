@@ -1,10 +1,14 @@
-"""``privsilo audit``: run a scenario with canaries and turn the final model into a lower bound on epsilon.
+"""``privsilo audit``: run a scenario with canaries and turn what the server sees into lower bounds on epsilon.
 
 The run is the scenario's own (secure aggregation, client sampling and the mechanism's noise as configured),
-with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view is the
-final global model only, the weakest of the threat model's server views, so a bound holds for every stronger one.
-Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound and
-Andrew et al.'s Gaussian-fit estimate ([`simulator.audit.bounds`][simulator.audit.bounds]).
+with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view
+(``audit.view``) is the final global model, the weakest of the threat model's server views, or, where secure
+aggregation is off, each silo's uploads: a canary is scored against the sum over the rounds of its host silo's
+uploads, read as model changes (``UploadSums``). Scoring each round's aggregate would add nothing: the
+aggregates sum to the final model.
+Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound (null:
+(epsilon, delta)-DP), Mahloujifar et al.'s f-DP one (null: mu-Gaussian DP) and Andrew et al.'s Gaussian-fit
+estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling.
 """
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.audit.bounds import gaussian_fit_estimate, one_run_audit
+from simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one_run_audit
 from simulator.audit.canaries import CanaryPlan
 from simulator.audit.client_claims import client_claims
-from simulator.audit.config import audit_unit
+from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.data import Dataset
 from simulator.results import RunResult
@@ -50,8 +54,10 @@ def audit(
     scenario = with_audit_block(resolve_scenario(scenario, overrides))
     dataset = scenario_dataset(scenario.data, seed=scenario.seed)
     plan = CanaryPlan.draw(scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    result = run(scenario, address=address, progress=progress, canaries=plan.by_silo())
-    report = _report(scenario, plan, result, _scores(scenario, plan, result, dataset))
+    uploads = UploadSums() if audit_view(scenario) == "uploads" else None
+    result = run(scenario, address=address, progress=progress, canaries=plan.by_silo(), on_round=uploads)
+    scores = _final_model_scores(scenario, plan, result, dataset) if uploads is None else _upload_scores(scenario, plan, uploads)
+    report = _report(scenario, plan, result, scores)
     if out_dir is not None:
         from simulator.audit.outputs import write_audit
         from simulator.invocation import invocation as api_invocation
@@ -77,20 +83,43 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
         split = 1.0 - (1.0 - confidence) / levels.size
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
                               delta=delta, confidence=split) for b in levels)
-    return AuditReport(scenario=scenario, unit=unit, seed=plan.seed, delta=delta, claims=claims, groups=groups, result=result)
+    return AuditReport(scenario=scenario, unit=unit, view=audit_view(scenario), seed=plan.seed, delta=delta, claims=claims,
+                       groups=groups, result=result)
 
 
 def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, delta: float,
            confidence: float) -> AuditGroup:
     bound = one_run_audit(scores, included, delta=delta, confidence=confidence) if scores.size >= 2 else None
+    gdp_bound = fdp_one_run_audit(scores, included, delta=delta, confidence=confidence) if scores.size >= 2 else None
     observed, unobserved = scores[included], scores[~included]
     fits = min(observed.size, unobserved.size) >= 2 and np.ptp(observed) > 0 and np.ptp(unobserved) > 0
     estimate = gaussian_fit_estimate(observed, unobserved, delta) if fits else None
-    return AuditGroup(budget=budget, claimed_epsilon=claim, confidence=confidence, bound=bound, estimate=estimate,
-                      scores=scores, included=included)
+    return AuditGroup(budget=budget, claimed_epsilon=claim, confidence=confidence, bound=bound, gdp_bound=gdp_bound,
+                      estimate=estimate, scores=scores, included=included)
 
 
-def _scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
+class UploadSums:
+    """Called after each round (``run``'s ``on_round``): adds each silo's upload in the server's inbox, FedAvg's
+    ``[weight x delta, weight]`` read as ``delta``, to that silo's sum over the rounds."""
+
+    def __init__(self) -> None:
+        self.sums: dict[int, np.ndarray] = {}
+
+    def __call__(self, federation: Any) -> None:
+        for silo, message in federation.server_inbox().items():
+            values = np.asarray(message.values, dtype=np.float64)
+            delta = values[:-1] / values[-1]
+            self.sums[silo] = delta if silo not in self.sums else self.sums[silo] + delta
+
+
+def _upload_scores(scenario: Scenario, plan: CanaryPlan, uploads: UploadSums) -> np.ndarray:
+    """Every canary's score from its host silo's uploads summed over the rounds (the sign as in
+    ``_final_model_scores``)."""
+    sign = -1.0 if audit_unit(scenario) == "record" else 1.0
+    return plan.scores_by_host({silo: sign * total for silo, total in uploads.sums.items()})
+
+
+def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
     """Every canary's score from the final model(s) (higher: more likely included; see ``simulator.audit.canaries``):
     with several hypotheses (IFCA) a canary's largest over them, a function of the final models only."""
     import torch

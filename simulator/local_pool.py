@@ -1,0 +1,278 @@
+"""The local warm pool: a Ray head on this machine that outlives the command starting it, so that the actors of
+one ``privsilo run`` stay warm for the next, without a cluster to manage.
+
+``privsilo pool start`` starts a supervisor process in a session of its own (``python -m simulator.local_pool
+serve``). The supervisor starts the head with ``ray.init``, so the head's processes share its fate, and writes
+the head's address and the process ids it started (with their start times, so that a reused id is never
+signalled) to a state file in a per-user directory. ``privsilo run``, ``sweep``, ``audit`` and ``attack`` without
+an address join that head (:func:`address_for_command`), whose warm pool (:mod:`simulator.detached_pool`) then
+keeps their actors. The supervisor stops the head and exits when:
+
+- no Ray job other than its own has run for ``idle_timeout`` seconds (``pool start --idle-timeout``);
+- ``privsilo pool stop`` signals it (SIGTERM);
+- one of the head's processes died: it then records the crash in the state file, and the next command reports
+  it once and starts Ray of its own.
+
+Only the processes recorded in the state file are ever signalled; other Ray instances on the machine are never
+touched.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from simulator.errors import PrivsiloError, ScenarioError
+
+DEFAULT_IDLE_TIMEOUT_S = 900.0
+START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
+STOP_WAIT_S = 60.0
+CHECK_EVERY_S = 1.0  # how often the supervisor checks the head's processes and the running jobs
+REACH_TIMEOUT_S = 5.0
+REPO = Path(__file__).resolve().parents[1]
+
+
+def state_dir() -> Path:
+    """Where the local pool's state file and log live: ``PRIVSILO_STATE_DIR``, else ``$XDG_STATE_HOME/privsilo``,
+    else ``~/.local/state/privsilo`` (per user)."""
+    if explicit := os.environ.get("PRIVSILO_STATE_DIR"):
+        return Path(explicit)
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "privsilo"
+
+
+def state_path() -> Path:
+    return state_dir() / "local-pool.json"
+
+
+def log_path() -> Path:
+    return state_dir() / "local-pool.log"
+
+
+@dataclass
+class PoolState:
+    """The state file: the supervisor (``pid``, ``start``: its start time in clock ticks since boot), the head's
+    GCS ``address``, the head's processes ``{name: [pid, start]}``, the settings, and ``crashed`` (what died)."""
+
+    pid: int
+    start: int
+    idle_timeout: float
+    num_cpus: int
+    started_at: float
+    address: str | None = None
+    processes: dict[str, list[int]] = field(default_factory=dict)
+    crashed: str | None = None
+
+    def supervisor_alive(self) -> bool:
+        return process_start(self.pid) == self.start
+
+
+def read_state(path: Path | None = None) -> PoolState | None:
+    path = path or state_path()
+    try:
+        return PoolState(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise PrivsiloError(f"the local pool's state file {path} is damaged ({exc}); remove it") from None
+
+
+def _write_state(state: PoolState, path: Path) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(asdict(state)))
+    temporary.replace(path)
+
+
+def _remove_state(path: Path, *, pid: int) -> None:
+    """Remove the state file if it still describes the supervisor ``pid`` (a newer pool's file is kept)."""
+    try:
+        if json.loads(path.read_text())["pid"] == pid:
+            path.unlink()
+    except (FileNotFoundError, ValueError, KeyError):
+        pass
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22); None if there
+    is no such process (or it is a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "PID (COMMAND) "
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _signal_if_same(pid: int, start: int, signum: int) -> None:
+    if process_start(pid) == start:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+# --- the commands' side -------------------------------------------------------------------------------------------
+
+def start(*, idle_timeout: float, num_cpus: int | None) -> PoolState:
+    """Start the supervisor and wait until its head is up; return its state. Refused while a pool is running."""
+    if not idle_timeout > 0:
+        raise ScenarioError("--idle-timeout", idle_timeout, "a number of seconds > 0")
+    if num_cpus is not None and num_cpus < 1:
+        raise ScenarioError("--num-cpus", num_cpus, "a whole number of logical CPUs >= 1")
+    current = read_state()
+    if current is not None and current.supervisor_alive():
+        raise PrivsiloError(f"pool start: a local pool is already running (Ray head at {current.address}, supervisor "
+                            f"pid {current.pid}); `privsilo pool stop` stops it")
+    state_dir().mkdir(parents=True, exist_ok=True)
+    path = state_path()
+    path.unlink(missing_ok=True)  # a crashed or stale pool's file
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    with log_path().open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "simulator.local_pool", "serve", "--idle-timeout", repr(idle_timeout),
+             "--num-cpus", str(num_cpus or os.cpu_count() or 1), "--state", str(path)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = read_state(path)
+        if state is not None and state.pid == process.pid and (state.address or state.crashed):
+            if state.crashed:
+                break
+            return state
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    else:
+        process.kill()
+    process.wait()
+    _remove_state(path, pid=process.pid)
+    raise PrivsiloError(f"pool start: the Ray head did not start: {_last_line(log_path())} (log: {log_path()})")
+
+
+def _last_line(path: Path) -> str:
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else f"nothing logged within {START_TIMEOUT_S:g} s"
+
+
+def stop() -> PoolState | None:
+    """Stop the local pool's supervisor and every head process it recorded; None if there was no pool."""
+    path = state_path()
+    state = read_state(path)
+    if state is None:
+        return None
+    _signal_if_same(state.pid, state.start, signal.SIGTERM)  # it stops the head (ray.shutdown) and exits
+    deadline = time.monotonic() + STOP_WAIT_S
+    while state.supervisor_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid, begun in [(state.pid, state.start), *state.processes.values()]:
+        _signal_if_same(pid, begun, signal.SIGKILL)  # only what did not stop by itself
+    _remove_state(path, pid=state.pid)
+    return state
+
+
+def problem(state: PoolState) -> str | None:
+    """Why the pool of ``state`` cannot be used (crashed, supervisor gone, head not answering), or None."""
+    from simulator.cluster import check_reachable
+
+    if state.crashed:
+        return f"it crashed: {state.crashed}"
+    if not state.supervisor_alive():
+        return f"its supervisor (pid {state.pid}) is gone"
+    if state.address is None:
+        return "its Ray head is still starting"
+    try:
+        check_reachable(state.address, timeout=REACH_TIMEOUT_S)
+    except ScenarioError as exc:
+        return f"its Ray head does not answer: {exc}"
+    return None
+
+
+def address_for_command(configured: str | None) -> tuple[str | None, str | None]:
+    """The Ray address a command uses, and the one line to print about it: ``configured`` (``--address`` or the
+    scenario's ``ray.address``) if given; else the local pool's head if one is running; else None (Ray of the
+    command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
+    if configured:
+        return configured, None
+    state = read_state()
+    if state is None:
+        return None, None
+    if (reason := problem(state)) is not None:
+        if state.crashed or not state.supervisor_alive():
+            stop()  # forget it, and end whatever of it is left
+        return None, (f"the local pool is not usable ({reason}); this command starts Ray of its own "
+                      f"(`privsilo pool start` starts a new pool; log: {log_path()})")
+    return state.address, (f"using the local warm pool (Ray head at {state.address}; it stops after "
+                           f"{state.idle_timeout:g} s without a command, or with `privsilo pool stop`)")
+
+
+def describe(state: PoolState) -> str:
+    """``pool status``'s first line for the local pool."""
+    return (f"local pool: Ray head at {state.address} with {state.num_cpus} CPUs, supervisor pid {state.pid}, "
+            f"up {time.time() - state.started_at:.0f} s, stops after {state.idle_timeout:g} s without a command")
+
+
+# --- the supervisor -----------------------------------------------------------------------------------------------
+
+def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
+    """Run the head until it has been idle for ``idle_timeout`` s, SIGTERM arrives or one of its processes dies;
+    return why it stopped."""
+    import ray
+
+    from simulator.detached_pool import running_jobs
+
+    stopping: list[str] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda number, _: stopping.append(f"signal {signal.Signals(number).name}"))
+    state = PoolState(pid=os.getpid(), start=process_start(os.getpid()) or 0, idle_timeout=idle_timeout,
+                      num_cpus=num_cpus, started_at=time.time())
+    _write_state(state, path)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    node = ray._private.worker.global_worker.node
+    state.address = node.address
+    state.processes = {f"{name}-{i}": [info.process.pid, process_start(info.process.pid) or 0]
+                       for name, infos in node.all_processes.items() for i, info in enumerate(infos)}
+    _write_state(state, path)
+    print(f"Ray head at {state.address}; processes {state.processes}", flush=True)
+    own_job = ray.get_runtime_context().get_job_id()
+    last_active = time.monotonic()
+    reason = ""
+    try:
+        while not stopping:
+            time.sleep(CHECK_EVERY_S)
+            dead = [f"{name} (pid {info.process.pid}) exited with code {info.process.poll()}"
+                    for name, infos in node.all_processes.items() for info in infos if info.process.poll() is not None]
+            if dead:
+                state.crashed = f"{'; '.join(dead)} at {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                _write_state(state, path)
+                return f"crashed: {state.crashed}"
+            if running_jobs() - {own_job}:
+                last_active = time.monotonic()
+            elif time.monotonic() - last_active >= idle_timeout:
+                reason = f"idle for {idle_timeout:g} s"
+                break
+        reason = reason or stopping[0]
+        _remove_state(path, pid=state.pid)  # before the head goes: no command picks it up meanwhile
+        return reason
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulator.local_pool")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("--idle-timeout", type=float, required=True)
+    parser.add_argument("--num-cpus", type=int, required=True)
+    parser.add_argument("--state", type=Path, required=True)
+    args = parser.parse_args(argv)
+    reason = serve(idle_timeout=args.idle_timeout, num_cpus=args.num_cpus, path=args.state)
+    print(f"stopped: {reason}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The local warm pool (simulator.local_pool), with real processes: ``privsilo pool start`` starts a Ray head in
+the background that ``privsilo run`` uses without ``--address`` (with the results of a cold run), ``pool stop``
+ends every process it started, an idle pool stops by itself, and a pool whose head died is reported, not waited on.
+
+Every test has a state directory of its own (``PRIVSILO_STATE_DIR``), so it never sees another pool."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from simulator import local_pool
+from tests.conftest import REPO, small_scenario
+from tests.test_warm_pool import metrics_without_wall_times
+
+GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded machine is slower
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "state"
+    monkeypatch.setenv("PRIVSILO_STATE_DIR", str(path))
+    return path
+
+
+def privsilo(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+    """``privsilo ARGS`` in a fresh process (with this process's environment, so the test's state directory)."""
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def wait_until_gone(pids: set[int]) -> None:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while alive := {pid for pid in pids if local_pool.process_start(pid) is not None}:
+        assert time.monotonic() < deadline, f"still running {GONE_WITHIN_S} s after the pool stopped: {sorted(alive)}"
+        time.sleep(0.5)
+
+
+def started_pool(*options: str) -> tuple[local_pool.PoolState, set[int]]:
+    """``privsilo pool start OPTIONS``: the pool's state and every process it runs (supervisor included)."""
+    out = privsilo("pool", "start", *options).stdout
+    state = local_pool.read_state()
+    assert state is not None and state.address in out and state.supervisor_alive()
+    processes = {state.pid} | descendants(state.pid)
+    assert {pid for pid, _ in state.processes.values()} <= processes  # the head's GCS, raylet, ... are its children
+    return state, processes
+
+
+@pytest.mark.timeout(1800)  # four runs and a Ray head: minutes on a loaded 2-core machine
+def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_stop_ends_it(state_dir, tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="local", federation={
+        "rounds": 2, "client_rate": 0.7, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
+    run = ("run", str(scenario), "--no-progress", "--out")
+    cold = privsilo(*run, str(tmp_path / "cold"))  # no pool yet: Ray of its own
+    assert "local warm pool" not in cold.stdout
+
+    state, processes = started_pool("--idle-timeout", "600")
+    first = privsilo(*run, str(tmp_path / "first"))  # starts the pool's actors
+    warm = privsilo(*run, str(tmp_path / "warm"))  # leases them
+    for proc in (first, warm):
+        assert proc.stdout.splitlines()[0] == (f"privsilo: using the local warm pool (Ray head at {state.address}; it "
+                                               "stops after 600 s without a command, or with `privsilo pool stop`)")
+    pool_actors = descendants(state.pid) - processes
+    assert pool_actors, "no actor process was started under the pool's head"
+    status = privsilo("pool", "status").stdout
+    assert status.startswith(f"local pool: Ray head at {state.address}") and "idle" in status
+    for out in ("first", "warm"):
+        assert metrics_without_wall_times(tmp_path / out / "metrics.csv") == metrics_without_wall_times(tmp_path / "cold" / "metrics.csv")
+        cold_model, model = torch.load(tmp_path / "cold" / "model.pt"), torch.load(tmp_path / out / "model.pt")
+        assert cold_model.keys() == model.keys() and all(torch.equal(cold_model[k], model[k]) for k in cold_model)
+
+    assert "stopped the local pool" in privsilo("pool", "stop").stdout
+    wait_until_gone(processes | pool_actors)
+    assert local_pool.read_state() is None
+    proc = privsilo("pool", "status", code=2)
+    assert proc.stderr.strip() == ("privsilo: error: pool status: no local pool is running (`privsilo pool start` "
+                                   "starts one); give --address for a cluster's pool")
+
+
+def test_an_idle_pool_stops_by_itself_with_every_process_it_started(state_dir):
+    state, processes = started_pool("--idle-timeout", "2")
+    wait_until_gone(processes)
+    assert local_pool.read_state() is None
+    assert "stopped: idle for 2 s" in (state_dir / "local-pool.log").read_text()
+
+
+def test_a_pool_whose_head_died_is_reported_and_commands_run_on_their_own_ray(state_dir):
+    state, processes = started_pool("--idle-timeout", "600")
+    refused = privsilo("pool", "start", code=2)
+    assert refused.stderr.startswith("privsilo: error: pool start: a local pool is already running")
+    gcs_pid, gcs_start = next(pid_start for name, pid_start in state.processes.items() if name.startswith("gcs_server"))
+    assert local_pool.process_start(gcs_pid) == gcs_start
+    os.kill(gcs_pid, signal.SIGKILL)
+    wait_until_gone(processes)  # the supervisor noticed, recorded the crash and stopped the rest
+    crashed = local_pool.read_state()
+    assert crashed is not None and crashed.crashed.startswith(f"gcs_server (pid {gcs_pid}) exited with code -9")
+    address, note = local_pool.address_for_command(None)
+    assert address is None and note.startswith(f"the local pool is not usable (it crashed: gcs_server (pid {gcs_pid})")
+    assert local_pool.read_state() is None  # reported once, then forgotten
+    assert local_pool.address_for_command(None) == (None, None)
+
+
+@pytest.mark.parametrize("option, value, message", [("--idle-timeout", "0", "got 0.0; a number of seconds > 0"),
+                                                    ("--num-cpus", "0", "got 0; a whole number of logical CPUs >= 1")])
+def test_bad_pool_start_options_exit_2_naming_the_option(state_dir, option, value, message):
+    proc = privsilo("pool", "start", option, value, code=2)
+    assert proc.stderr.splitlines() == [f"privsilo: error: {option}: {message}"]
+    assert local_pool.read_state() is None
