@@ -128,6 +128,24 @@ class SiloContext:
     user_histogram: np.ndarray | None = None
     # an audit's canaries this silo hosts (see mechanisms.canaries and simulator.audit); None outside audits
     canaries: SiloCanaries | None = None
+    # local training draws on ``device`` (a CUDA silo outside secure mode): see ``training_generator``
+    draws_on_device: bool = False
+
+    def training_generator(self) -> torch.Generator:
+        """The generator of one round's local training draws (sampling, noise, batches).
+
+        ``generator`` itself, unless ``draws_on_device``: then a generator on ``device`` keyed by 63 bits drawn
+        from ``generator``, so that the draws are made where the records are (no host-side noise, no copies) and
+        still follow from the silo's stream. Call it once per round: each call takes one draw from ``generator``,
+        which a snapshot keeps, so a resumed run makes the same draws. Secure mode keeps every draw on the
+        re-keyed CPU generator (a device generator is keyed by 64 bits only).
+        """
+        import torch
+
+        if not self.draws_on_device:
+            return self.generator
+        key = int(torch.randint(0, 2**63 - 1, (1,), generator=self.generator))
+        return torch.Generator(device=self.device).manual_seed(key)
 
 
 @dataclass(frozen=True)
@@ -296,10 +314,10 @@ class Mechanism(ABC):
 
 
 def model_to_vector(model: torch.nn.Module) -> np.ndarray:
-    """Flatten a model's parameters (in ``named_parameters`` order) into one float64 vector."""
+    """Flatten a model's parameters (in ``named_parameters`` order) into one float64 vector (one copy to the host)."""
     import torch
 
-    return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
+    return torch.cat([p.detach().reshape(-1).double() for p in model.parameters()]).cpu().numpy()
 
 
 def prediction_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -316,7 +334,9 @@ def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector produced by ``model_to_vector`` back into ``model``'s parameters."""
     import torch
 
-    values, offset = torch.tensor(np.asarray(vector)), 0
+    first = next(model.parameters(), None)
+    # one copy to the parameters' device, then copies there
+    values, offset = torch.tensor(np.asarray(vector), device=None if first is None else first.device), 0
     # Copied into each parameter in place: the parameters never alias the caller's (e.g. the broadcast) array, and
     # never become views of one flat tensor (which pickling, e.g. a silo's snapshot, would write once per view).
     with torch.no_grad():

@@ -85,9 +85,11 @@ class CanaryGradients:
     rates: "torch.Tensor"  # (k,) float64
 
     @classmethod
-    def of(cls, canaries: SiloCanaries | None, *, dimension: int, rates: np.ndarray | float | None) -> "CanaryGradients | None":
-        """The canaries a silo hosts at the given Poisson rates (one, or one per canary); None without canaries.
-        A silo that hosts canaries but gives no rates is a mechanism that does not take canary records: an error."""
+    def of(cls, canaries: SiloCanaries | None, *, dimension: int, rates: np.ndarray | float | None,
+           device: "torch.device | str" = "cpu") -> "CanaryGradients | None":
+        """The canaries a silo hosts at the given Poisson rates (one, or one per canary), on the silo's ``device``;
+        None without canaries. A silo that hosts canaries but gives no rates is a mechanism that does not take
+        canary records: an error."""
         import torch
 
         if canaries is None or len(canaries) == 0:
@@ -95,14 +97,16 @@ class CanaryGradients:
         if rates is None:
             raise TypeError("this silo hosts canary records but its training gives them no sampling rate")
         rates = np.broadcast_to(np.asarray(rates, dtype=np.float64), (len(canaries),))
-        return cls(torch.from_numpy(canaries.directions(dimension)), torch.tensor(rates.copy()))
+        return cls(torch.from_numpy(canaries.directions(dimension)).to(device), torch.tensor(rates.copy(), device=device))
 
     def sampled_sum(self, *, scale: float, generator: "torch.Generator") -> "torch.Tensor":
-        """``scale`` times the sum of the directions of the canaries drawn in this step, flat ``(d,)``."""
+        """``scale`` times the sum of the directions of the canaries drawn in this step, flat ``(d,)``, drawn on
+        the generator's device (a 0/1 vector times the directions, so the host never waits for the draw)."""
         import torch
 
-        drawn = torch.rand(self.rates.shape[0], generator=generator, dtype=torch.float64) < self.rates
-        return self.directions[drawn].sum(dim=0) * scale
+        drawn = torch.rand(self.rates.shape[0], generator=generator, device=generator.device, dtype=torch.float64)
+        kept = (drawn.to(self.rates.device) < self.rates).to(self.directions.dtype)
+        return (kept @ self.directions) * scale
 
 
 def with_canary_clients(vector: np.ndarray, uploads: np.ndarray, *, weight: float) -> np.ndarray:

@@ -85,26 +85,26 @@ def noisy_local_training(
     global model ``context.model`` holds; with ``proximal_mu`` > 0 each step also descends FedProx's term. In an
     audit the silo's canary records (``context.canaries``) take part, each at its ``canary_rates``."""
     from mechanisms.canaries import CanaryGradients
-    from mechanisms.per_sample import noisy_sgd_step
+    from mechanisms.per_sample import noisy_sgd_steps
     from mechanisms.proximal import ProximalTerm
 
     proximal = ProximalTerm.at(context.model, context.training.proximal_mu)
     dimension = sum(p.numel() for p in context.model.parameters())
-    canaries = CanaryGradients.of(context.canaries, dimension=dimension, rates=canary_rates)
-    for _ in range(context.training.local_steps):
-        noisy_sgd_step(
-            context.model,
-            features=context.features,
-            labels=context.labels,
-            rates=rates,
-            max_grad_norm=max_grad_norm,
-            noise_multiplier=noise_multiplier,
-            lr=context.training.lr,
-            generator=context.generator,
-            divisor=divisor,
-            proximal=proximal,
-            canaries=canaries,
-        )
+    canaries = CanaryGradients.of(context.canaries, dimension=dimension, rates=canary_rates, device=context.device)
+    noisy_sgd_steps(
+        context.model,
+        features=context.features,
+        labels=context.labels,
+        rates=rates,
+        steps=context.training.local_steps,
+        max_grad_norm=max_grad_norm,
+        noise_multiplier=noise_multiplier,
+        lr=context.training.lr,
+        generator=context.training_generator(),
+        divisor=divisor,
+        proximal=proximal,
+        canaries=canaries,
+    )
 
 
 class DpSgdSilo(SiloMechanism):

@@ -46,8 +46,9 @@ def local_sgd(
     proximal = ProximalTerm.at(ctx.model, ctx.training.proximal_mu)
     pool = torch.arange(ctx.labels.shape[0], device=ctx.device) if records is None else records
     batch = min(ctx.training.batch_size, len(pool))
-    losses = []
-    for idx in _batches(pool, batch=batch, generator=ctx.generator, steps=ctx.training.local_steps, epochs=epochs):
+    total_loss, steps = torch.zeros((), dtype=torch.float64, device=ctx.device), 0  # summed on the device: no wait per step
+    batches = _batches(pool, batch=batch, generator=ctx.training_generator(), steps=ctx.training.local_steps, epochs=epochs)
+    for idx in batches:
         loss = prediction_loss(ctx.model(ctx.features[idx]), ctx.labels[idx])
         ctx.model.zero_grad(set_to_none=True)
         loss.backward()
@@ -57,20 +58,24 @@ def local_sgd(
                     p.grad.add_(pull)
             for p in ctx.model.parameters():
                 p.add_(p.grad, alpha=-ctx.training.lr)
-        losses.append(loss.item())
-    return model_to_vector(ctx.model) - start, sum(losses) / max(len(losses), 1)
+        total_loss, steps = total_loss + loss.detach(), steps + 1
+    return model_to_vector(ctx.model) - start, float(total_loss) / max(steps, 1)
 
 
 def _batches(pool: torch.Tensor, *, batch: int, generator: torch.Generator, steps: int, epochs: int | None) -> Iterator[torch.Tensor]:
-    """The record indices of each local step: ``steps`` independent batches, or ``epochs`` shuffled passes."""
+    """The record indices of each local step: ``steps`` independent batches, or ``epochs`` shuffled passes; the
+    permutations are drawn on the generator's device."""
     import torch
+
+    def permutation() -> torch.Tensor:
+        return torch.randperm(len(pool), generator=generator, device=generator.device).to(pool.device)
 
     if epochs is None:
         for _ in range(steps):
-            yield pool[torch.randperm(len(pool), generator=generator)[:batch].to(pool.device)]
+            yield pool[permutation()[:batch]]
         return
     for _ in range(epochs):
-        yield from torch.split(pool[torch.randperm(len(pool), generator=generator).to(pool.device)], batch)
+        yield from torch.split(pool[permutation()], batch)
 
 
 class FedAvgServer(ServerMechanism):

@@ -3,7 +3,7 @@
 The pieces are deliberately independent of one another so that variants can recombine them:
 
 * :func:`poisson_sample` includes record ``j`` with probability ``rates`` (one float for uniform DP-SGD, a
-  tensor ``q_j`` for rPDP-FL's per-record rates);
+  tensor ``q_j`` for rPDP-FL's per-record rates); :func:`poisson_batches` draws the samples of many steps;
 * :func:`per_sample_gradients` computes ``grad_theta loss(theta; x_j, y_j)`` for every record of a batch with
   ``torch.func`` (``functional_call`` + ``vmap(grad(.))``), one pass instead of one backward per record;
 * :func:`clip_and_sum` is the clipped sum of Abadi et al. 2016, Algorithm 1 (``g_j / max(1, ||g_j|| / C)``,
@@ -19,6 +19,7 @@ supported inside ``vmap``.
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -28,6 +29,8 @@ from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
 from mechanisms.fast_clipping import supports_fast_clipping
 from mechanisms.proximal import ProximalTerm
 
+SAMPLING_CHUNK = 1 << 22  # uniform draws (float64: 32 MiB) per chunk of steps on a device, see poisson_batches
+
 
 def poisson_sample(*, num_records: int, rates: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Indices of the records kept by independent Bernoulli(rates) draws (Poisson sampling).
@@ -35,8 +38,33 @@ def poisson_sample(*, num_records: int, rates: float | torch.Tensor, generator: 
     ``rates`` is a scalar or a tensor of shape ``(num_records,)``. One uniform draw per record is taken from
     ``generator`` whatever the rates, so the generator advances identically for every rate.
     """
-    uniforms = torch.rand(num_records, generator=generator, device=generator.device, dtype=torch.float64)
-    return torch.nonzero(uniforms < torch.as_tensor(rates, dtype=torch.float64, device=generator.device)).reshape(-1)
+    return next(poisson_batches(num_records=num_records, rates=rates, generator=generator, steps=1))
+
+
+def poisson_batches(
+    *, num_records: int, rates: float | torch.Tensor, generator: torch.Generator, steps: int, chunk_steps: int | None = None
+) -> Iterator[torch.Tensor]:
+    """The indices of ``steps`` independent Poisson samples (as :func:`poisson_sample`), one tensor per step, on
+    the generator's device.
+
+    Each step is ``num_records`` uniform draws compared with ``rates``: record ``j`` is in the step's batch with
+    probability ``q_j``, independently of the other records and steps, however the draws are grouped. The
+    uniforms of ``chunk_steps`` steps are drawn at once, when the caller reaches the first of them, and their
+    indices found together. By default that is one step on a CPU generator (each step's draws come between the
+    caller's own, e.g. noise, as they always did) and, on a device generator, as many steps as
+    ``SAMPLING_CHUNK`` uniforms hold: the host, which needs the batch sizes to shape the steps, then waits for
+    the device once per chunk instead of once per step.
+    """
+    rates = torch.as_tensor(rates, dtype=torch.float64, device=generator.device)
+    if chunk_steps is None:
+        chunk_steps = 1 if generator.device.type == "cpu" else SAMPLING_CHUNK // max(num_records, 1)
+    per_draw = max(1, min(steps, chunk_steps))
+    for first in range(0, steps, per_draw):
+        count = min(per_draw, steps - first)
+        uniforms = torch.rand((count, num_records), generator=generator, device=generator.device, dtype=torch.float64)
+        kept = uniforms < rates
+        sizes = kept.sum(dim=1).tolist()
+        yield from torch.split(torch.nonzero(kept)[:, 1], sizes)
 
 
 def per_sample_gradients(model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
@@ -89,20 +117,22 @@ def clipped_gradient_sum(
 
 
 def gaussian_noise_like(tensors: list[torch.Tensor], *, std: float, generator: torch.Generator) -> list[torch.Tensor]:
-    """Independent ``N(0, std^2)`` noise with the shape, dtype and device of each tensor, drawn from ``generator``."""
-    # Drawn on the generator's device (the silo's CPU generator) and moved, so CUDA silos stay reproducible.
+    """Independent ``N(0, std^2)`` noise with the shape and dtype of each tensor, drawn from ``generator`` on its
+    device and moved to the tensor's (a no-op where they agree: a CUDA silo draws on its CUDA generator, see
+    ``SiloContext.training_generator``; secure mode draws on the CPU)."""
     return [
         torch.randn(t.shape, generator=generator, dtype=t.dtype, device=generator.device).mul_(std).to(t.device)
         for t in tensors
     ]
 
 
-def noisy_sgd_step(
+def noisy_sgd_steps(
     model: torch.nn.Module,
     *,
     features: torch.Tensor,
     labels: torch.Tensor,
     rates: float | torch.Tensor,
+    steps: int,
     max_grad_norm: float,
     noise_multiplier: float,
     lr: float,
@@ -111,23 +141,45 @@ def noisy_sgd_step(
     proximal: ProximalTerm | None = None,
     canaries: CanaryGradients | None = None,
 ) -> None:
-    """One DP-SGD step in place: Poisson-sample, clip, add ``N(0, (sigma C)^2)``, normalise, descend.
+    """``steps`` DP-SGD steps in place, each: Poisson-sample, clip, add ``N(0, (sigma C)^2)``, normalise, descend.
 
     Record ``j`` is included with probability ``rates`` (a scalar, or one rate per record as in rPDP-FL
-    Algorithm 1). The noisy clipped sum is divided by ``divisor`` or, by default, by the *expected* batch size
-    ``sum_j q_j`` (``q n`` for a scalar rate), which does not depend on which records were drawn. An empty
-    draw still adds noise. ``proximal`` (FedProx) adds its data-independent gradient after the noise, so the step
-    stays a post-processing of the noisy sum. ``canaries`` (an audit's canary records, see
-    :mod:`mechanisms.canaries`) are sampled after the records and add ``C u_i`` each to the clipped sum.
+    Algorithm 1) in each step, independently (:func:`poisson_batches`). The noisy clipped sum is divided by
+    ``divisor`` or, by default, by the *expected* batch size ``sum_j q_j`` (``q n`` for a scalar rate), which
+    does not depend on which records were drawn. An empty draw still adds noise. ``proximal`` (FedProx) adds its
+    data-independent gradient after the noise, so the step stays a post-processing of the noisy sum.
+    ``canaries`` (an audit's canary records, see :mod:`mechanisms.canaries`) are sampled after the records and
+    add ``C u_i`` each to the clipped sum. Every draw comes from ``generator``; inside a step nothing waits for
+    the device.
     """
     num_records = labels.shape[0]
-    expected_batch = float(rates) * num_records if isinstance(rates, float) else float(rates.sum())
     if divisor is None:
+        expected_batch = float(rates) * num_records if isinstance(rates, float) else float(rates.sum())
         if expected_batch <= 0.0:
             return
         divisor = expected_batch
-    idx = poisson_sample(num_records=num_records, rates=rates, generator=generator).to(features.device)
-    clipped = clipped_gradient_sum(model, features=features[idx], labels=labels[idx], max_grad_norm=max_grad_norm)
+    for idx in poisson_batches(num_records=num_records, rates=rates, generator=generator, steps=steps):
+        idx = idx.to(features.device)
+        noisy_step(model, features=features[idx], labels=labels[idx], max_grad_norm=max_grad_norm, noise_multiplier=noise_multiplier,
+                   lr=lr, divisor=divisor, generator=generator, proximal=proximal, canaries=canaries)
+
+
+def noisy_step(
+    model: torch.nn.Module,
+    *,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    max_grad_norm: float,
+    noise_multiplier: float,
+    lr: float,
+    divisor: float,
+    generator: torch.Generator,
+    proximal: ProximalTerm | None = None,
+    canaries: CanaryGradients | None = None,
+) -> None:
+    """One step of :func:`noisy_sgd_steps` on the batch it drew: ``w -= lr (clipped sum + canaries + noise) /
+    divisor``, then FedProx's pull ``w -= lr mu (w - w_t)``. Nothing here makes the host wait for the device."""
+    clipped = clipped_gradient_sum(model, features=features, labels=labels, max_grad_norm=max_grad_norm)
     if canaries is not None:
         flat = canaries.sampled_sum(scale=max_grad_norm, generator=generator)
         clipped = [g + part.view_as(g).to(g) for g, part in zip(clipped, torch.split(flat, [g.numel() for g in clipped]))]

@@ -47,7 +47,7 @@ def run(
     ``data.dataset``. ``log``: trackers that also receive the metrics, as ``privsilo run --log`` (``"tensorboard"``,
     written under ``out_dir``). Returns the run's [`RunResult`][simulator.results.RunResult].
     """
-    raw = scenario.to_dict() if isinstance(scenario, Scenario) else (
+    raw = scenario.explicit_dict() if isinstance(scenario, Scenario) else (
         load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario))
     raw = apply_overrides(raw, list(overrides or []))
     if model is not None:

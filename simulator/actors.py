@@ -18,17 +18,17 @@ import numpy as np
 import ray
 import torch
 
-from mechanisms.base import load_vector_into_model, prediction_loss
+from mechanisms.base import load_vector_into_model
 from mechanisms.registry import mechanism_class
 from protocols.base import RoundAbandoned, ServerProtocol
 from protocols.plain import PlainSumServer
 from protocols.secure_aggregation import SecAggServer
 from simulator.faults import CrashPlan
 from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
-from simulator.models import build_scenario_model
+from simulator.models import build_scenario_model, evaluate_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
-from simulator.silo import Silo, SiloSpec, secure_aggregation_codec
+from simulator.silo import Silo, SiloSpec, deterministic_kernels, secure_aggregation_codec
 from simulator.snapshots import dump_by_reference
 
 
@@ -304,9 +304,12 @@ class ServerActor:
         # secure mode: the round plan (ULDP's user sample) must not follow from the seed; client sampling stays seeded
         self.plan_rng = os_entropy_generator() if scenario.secure_rng else self.rng
         self.state = tuple(np.asarray(v, dtype=np.float64) for v in initial_state)
-        self.model = build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes)
-        self.test_features = torch.tensor(test_features)
-        self.test_labels = torch.tensor(test_labels)
+        # the test set and the model live on the server's GPU share, if it has one
+        device = torch.device("cuda" if scenario.resources.server.num_gpus > 0 and torch.cuda.is_available() else "cpu")
+        deterministic_kernels(device)
+        self.model = build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes).to(device)
+        self.test_features = torch.tensor(test_features, device=device)
+        self.test_labels = torch.tensor(test_labels, device=device)
         num_users = None if scenario.data.users is None else scenario.data.users.count
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.mechanism = mechanism.server_for(num_silos=self.num_silos, num_users=num_users)
@@ -429,17 +432,10 @@ class ServerActor:
         """The mechanism's plan for a round (ULDP's user sample), from OS entropy in secure mode."""
         return self.mechanism.round_plan(self.plan_rng, round_index=round_index)
 
-    @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
-        """Test loss and accuracy of the global model (the first hypothesis); no accuracy (NaN) for regression."""
-        load_vector_into_model(self.model, self.state[0])
-        self.model.eval()
-        logits = torch.cat([self.model(chunk) for chunk in torch.split(self.test_features, 2048)])
-        loss = prediction_loss(logits, self.test_labels).item()
-        if self.test_labels.is_floating_point():
-            return float(loss), float("nan")
-        accuracy = (logits.argmax(dim=1) == self.test_labels).double().mean().item()
-        return float(loss), float(accuracy)
+        """Test loss and accuracy of the global model (the first hypothesis), without autograd; no accuracy (NaN)
+        for regression."""
+        return evaluate_model(self.model, self.state[0], features=self.test_features, labels=self.test_labels)
 
     def global_state(self) -> tuple[np.ndarray, ...]:
         """Every hypothesis of the global state (for the experimenter's per-client evaluation)."""
@@ -469,4 +465,4 @@ class ServerActor:
 
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         load_vector_into_model(self.model, self.state[0])
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}

@@ -1,4 +1,4 @@
-"""The ``privsilo`` command line: run, attack, audit, sweep, merge, validate, list, data fetch, pool start/status/stop.
+"""The ``privsilo`` command line: run, resume, attack, audit, sweep, merge, validate, list, data fetch, pool start/status/stop.
 
 User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
 an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
@@ -9,6 +9,7 @@ it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplo
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Iterator, Sequence
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
 from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
-from simulator.output_dirs import RUNS_ROOT, new_directory, refuse_finished, removed_if_unused
+from simulator.output_dirs import RUNS_ROOT, check_out_directory, new_directory, refuse_finished, removed_if_unused
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -29,14 +30,19 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a scenario and write its results")
-    run.add_argument("scenario", type=Path, help="scenario YAML file")
+    run.add_argument("scenario", type=Path, nargs="?", help="scenario YAML file (with --resume: optional, must agree with the checkpoint)")
     _add_output_options(run, default="runs/<scenario name>/<UTC time>")
     run.add_argument("--resume", action="store_true",
-                     help="continue the interrupted run whose outputs go to --out, from its last checkpoint")
-    run.add_argument("--log", action="append", default=[], metavar="TRACKER",
-                     help="also write each round's metrics for this tracker: tensorboard (into <out>/tensorboard/)")
+                     help="continue the interrupted run whose outputs go to --out, from its last checkpoint (as privsilo resume)")
+    _add_log_option(run, into="<out>/tensorboard/")
     _add_overrides(run, help="override a scenario key (repeatable)")
     _add_ray_options(run)
+
+    resume = commands.add_parser("resume", help="continue an interrupted run from its last checkpoint (its scenario and --set overrides come from the checkpoint)")
+    resume.add_argument("directory", type=Path, help="the interrupted run's output directory")
+    _add_log_option(resume, into="<directory>/tensorboard/, besides the trackers the run was started with")
+    _add_overrides(resume, help="change a key that may differ on resume: ray.*, checkpoint.* (repeatable)")
+    _add_ray_options(resume)
 
     attack = commands.add_parser("attack", help="run a scenario's gradient-inversion attack (attack: block) and score it")
     attack.add_argument("scenario", type=Path, help="scenario YAML file (its attack: block; defaults where absent)")
@@ -56,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", default=None, metavar="N|S1,S2,...", help="run seeds 0..N-1, or the listed seeds, instead of the grid's seeds")
     _add_overrides(sweep, help="override a key of the base scenario (repeatable)")
     sweep.add_argument("--only", action="append", default=[], metavar="AXIS=LABEL[,LABEL]", help="run only these labels of an axis (repeatable)")
+    _add_log_option(sweep, into="<out>/tensorboard/<run>/, one TensorBoard run per grid run; <out>.unfinished/tensorboard/ while the sweep runs")
     _add_ray_options(sweep)
 
     merge = commands.add_parser("merge", help="merge the runs of several sweep output directories into one table")
@@ -98,6 +105,11 @@ def _add_output_options(command: argparse.ArgumentParser, *, default: str) -> No
     command.add_argument("--overwrite", action="store_true", help="replace a finished result in --out (refused without this)")
 
 
+def _add_log_option(command: argparse.ArgumentParser, *, into: str) -> None:
+    command.add_argument("--log", action="append", default=[], metavar="TRACKER",
+                         help=f"also log each round's metrics as it ends for this tracker: tensorboard (into {into})")
+
+
 def _add_overrides(command: argparse.ArgumentParser, *, help: str | None) -> None:
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help)
 
@@ -125,6 +137,7 @@ def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file
     """``--out``, refused if it holds ``finished_file`` (without ``--overwrite``), or a new
     ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
     if args.out is not None:
+        check_out_directory(args.out)
         refuse_finished(args.out, finished_file, overwrite=args.overwrite)
         yield args.out
         return
@@ -134,23 +147,42 @@ def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file
 
 @contextmanager
 def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[Path]:
-    """``privsilo run``'s output directory: with ``--resume`` the interrupted run's ``--out``; else as
-    :func:`_output_dir`, refusing an ``--out`` that holds an interrupted run's checkpoint unless ``--overwrite``."""
+    """``privsilo run``'s output directory, locked for the run (:mod:`simulator.run_lock`): ``--out``, refused
+    if it holds a finished run (without ``--overwrite``) or an interrupted one (without ``--overwrite``; resume
+    it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if the run fails before writing."""
     from simulator.checkpoint import checkpoint_path, has_checkpoint
+    from simulator.run_directory import FINISHED_FILE, settle
+    from simulator.run_lock import locked
 
-    if args.resume:
-        if args.out is None:
-            raise ScenarioError("--resume", True, "needs --out DIR, the output directory of the interrupted run")
-        refuse_finished(args.out, "summary.json", overwrite=False)
-        yield args.out
+    if args.out is None:
+        with removed_if_unused(new_directory(RUNS_ROOT / scenario_name)) as out, locked(out):
+            args.run_dir = out
+            yield out
         return
-    if args.out is not None and not args.overwrite and has_checkpoint(args.out):
-        raise ScenarioError("--out", str(args.out), f"holds an interrupted run ({checkpoint_path(args.out).name}); pass --resume to continue it or --overwrite to start again")
-    with _output_dir(args, default_parent=RUNS_ROOT / scenario_name, finished_file="summary.json") as out:
-        yield out
+    with locked(args.out):
+        settle(args.out)
+        refuse_finished(args.out, FINISHED_FILE, overwrite=args.overwrite)
+        if not args.overwrite and has_checkpoint(args.out):
+            raise ScenarioError("--out", str(args.out), f"holds an interrupted run ({checkpoint_path(args.out).name}); continue it with "
+                                f"{_resume_command(args.out)} or pass --overwrite to start again")
+        args.run_dir = args.out
+        yield args.out
+
+
+def _resume_command(directory: Path) -> str:
+    return f"privsilo resume {shlex.quote(str(directory))}"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    check_out_directory(args.out)
+    if args.resume:
+        if args.out is None:
+            raise ScenarioError("--resume", True, "needs --out DIR, the output directory of the interrupted run (or use privsilo resume DIR)")
+        if args.overwrite:
+            raise ScenarioError("--overwrite", True, "--resume continues the run in --out and --overwrite starts it again: give one of them")
+        return _resume(args, directory=args.out, scenario_file=args.scenario)
+    if args.scenario is None:
+        raise ScenarioError("scenario", None, "give a scenario YAML file (only --resume --out DIR, or privsilo resume DIR, reads it from a checkpoint)")
     from simulator.scenario import resolve_scenario
     from simulator.tracking import check_trackers
 
@@ -162,7 +194,47 @@ def _cmd_run(args: argparse.Namespace) -> int:
     address = _ray_address(args, configured=scenario.ray.address)
     with _run_directory(args, scenario_name=scenario.name) as out:
         result = run(scenario, out_dir=out, address=address, progress=not args.no_progress, log=args.log,
-                     invocation=invocation(args.argv, args.overrides), resume=args.resume)
+                     invocation=invocation(args.argv, args.overrides))
+    return _report(result, out)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    check_out_directory(args.directory, field="resume")
+    return _resume(args, directory=args.directory, scenario_file=None)
+
+
+def _resume(args: argparse.Namespace, *, directory: Path, scenario_file: Path | None) -> int:
+    """Continue the interrupted run in ``directory`` with the scenario, ``--set`` overrides and trackers its
+    checkpoint records; ``scenario_file`` (with those overrides and the new ones applied) must agree with it."""
+    from simulator.checkpoint import read_header
+    from simulator.run_directory import is_finished, settle
+    from simulator.run_lock import locked
+    from simulator.scenario import resolve_scenario
+    from simulator.tracking import check_trackers
+
+    with locked(directory, field="--resume"):
+        settle(directory)
+        if is_finished(directory):
+            raise PrivsiloError(f"--resume: {directory} holds a finished run (summary.json); there is nothing to resume")
+        recorded = read_header(directory)
+        overrides = [*recorded["resume_with"].get("overrides", []), *args.overrides]
+        if scenario_file is None:
+            # the settings as given (every key written out would read as given, and ULDP refuses inert ones)
+            scenario = resolve_scenario(recorded["resume_with"].get("scenario", recorded["scenario"]), args.overrides)
+        else:
+            scenario = resolve_scenario(scenario_file, overrides)
+        log = list(dict.fromkeys([*recorded["resume_with"].get("log", []), *args.log]))
+        check_trackers(log)
+        from simulator.engine import run
+        from simulator.invocation import invocation
+
+        args.run_dir = directory
+        result = run(scenario, out_dir=directory, address=_ray_address(args, configured=scenario.ray.address), progress=not args.no_progress, log=log,
+                     invocation=invocation(args.argv, overrides), resume=True)
+    return _report(result, directory)
+
+
+def _report(result: object, out: Path) -> int:
     from simulator.reports import result_line  # loaded by run() meanwhile
 
     print(result_line(result))
@@ -206,13 +278,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.experiments.sweep import load_grid, sweep
+    from simulator.tracking import check_trackers
 
+    check_trackers(args.log)
     if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
+        check_out_directory(args.out)
         refuse_finished(args.out, "runs.csv", overwrite=args.overwrite)
     seeds = _seed_option(args.seeds)
     configured = (load_grid(args.grid, overrides=args.overrides).base.get("ray") or {}).get("address")  # bad input fails here
     result = sweep(args.grid, out_dir=args.out, seeds=seeds, overrides=args.overrides, only=args.only,
-                   address=_ray_address(args, configured=configured), progress=not args.no_progress)
+                   address=_ray_address(args, configured=configured), progress=not args.no_progress, log=args.log)
     print(result.headline())
     print((result.out_dir / "table.md").read_text(), end="")
     print(f"results written to {result.out_dir}")
@@ -232,6 +307,7 @@ def _seed_option(text: str | None) -> int | list[int] | None:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from simulator.experiments.merge import merge_sweeps
 
+    check_out_directory(args.out)
     _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)
     print(f"merged {len(runs)} runs of {len(args.sweeps)} sweeps ({len(table)} combinations)")
     print((args.out / "table.md").read_text(), end="")
@@ -362,7 +438,7 @@ def _local_pool_command(command: str) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "attack": _cmd_attack, "audit": _cmd_audit, "sweep": _cmd_sweep, "merge": _cmd_merge,
+COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "attack": _cmd_attack, "audit": _cmd_audit, "sweep": _cmd_sweep, "merge": _cmd_merge,
             "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data, "pool": _cmd_pool}
 
 
@@ -376,9 +452,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privsilo: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("privsilo: interrupted; no results were written (a run continues from its last checkpoint with "
-              "privsilo run SCENARIO --out DIR --resume; a sweep resumes when run again)", file=sys.stderr)
+        print(f"privsilo: interrupted; {_after_interrupt(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _after_interrupt(args: argparse.Namespace) -> str:
+    """What an interrupted command left: for a run, the exact command that resumes it, if it can be resumed."""
+    if args.command == "sweep":
+        return "no results were written; the same command resumes the sweep from its journal"
+    directory = getattr(args, "run_dir", None)
+    if directory is None:
+        return "no results were written"
+    from simulator.checkpoint import has_checkpoint
+
+    if has_checkpoint(directory):
+        return f"no results were written; continue from the last checkpoint with: {_resume_command(directory)}"
+    return "no results were written and no checkpoint either (the run stopped before its first one); start it again"
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, Iterable, Iterator, Literal
 
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.ray_watchdog import RayWatchdog
 
 # RFC 9113, Sec. 3.4: the client's connection preface, then an empty SETTINGS frame (9-byte frame header:
 # length 0, type 0x4, no flags, stream 0). A server's first frame must be SETTINGS.
@@ -96,7 +97,8 @@ def worker_count(*, silos: int, silos_per_actor: int | Literal["auto"], server_c
 
 @contextmanager
 def ray_session(
-    *, address: str | None, demand_for: Callable[[Capacity], ActorDemand], connect_timeout: float
+    *, address: str | None, demand_for: Callable[[Capacity], ActorDemand], connect_timeout: float,
+    ship: tuple[str, ...] = (),
 ) -> Iterator[ActorDemand]:
     """Use the Ray session already open in this process, or open one (and close it afterwards); yield the demand
     ``demand_for`` makes of the session's capacity (how the silos are packed depends on it).
@@ -104,7 +106,8 @@ def ray_session(
     A local session packs the silos into this machine's cores and gets at least as many logical CPUs/GPUs as
     the demand asks for, so that e.g. ten silos with ``num_cpus: 0.5`` and ``silos_per_actor: 1`` are scheduled
     at once on two cores, and silos with a GPU share are scheduled on a machine without a GPU (they then train
-    on the CPU, with a warning). A cluster at ``address`` must offer what the demand asks for.
+    on the CPU, with a warning). A cluster at ``address`` must offer what the demand asks for; the job that joins
+    it ships the users' code ``ship`` to its workers (:mod:`simulator.shipping`).
     """
     import ray
 
@@ -114,30 +117,54 @@ def ray_session(
         yield demand
         return
     if address:
-        join_cluster(address, connect_timeout=connect_timeout)
+        join_cluster(address, connect_timeout=connect_timeout, ship=ship)
         demand = demand_for(cluster_capacity())
     else:
         demand = demand_for(local_capacity())
-        cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
-        gpus = math.ceil(demand.gpus) if demand.gpus else None
-        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        watchdog = _start_local_ray(demand)
     try:
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
     finally:
         ray.shutdown()
+        if not address:
+            watchdog.close()
 
 
-def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address") -> None:
-    """Connect this process to the Ray cluster at ``address`` (see :func:`check_reachable`); errors name ``field``."""
+def _start_local_ray(demand: ActorDemand) -> RayWatchdog:
+    """Start a local Ray sized for ``demand``, watched so that it ends with this process however that ends
+    (:mod:`simulator.ray_watchdog`)."""
     import ray
+
+    cpus = max(os.cpu_count() or 1, math.ceil(demand.cpus))
+    gpus = math.ceil(demand.gpus) if demand.gpus else None
+    watchdog = RayWatchdog.start()
+    try:
+        # address="local": always a fresh local instance, never a cluster someone else started on this machine.
+        context = ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+    except BaseException:
+        watchdog.close()
+        raise
+    watchdog.watch(context.address_info["session_dir"])
+    return watchdog
+
+
+def join_cluster(address: str, *, connect_timeout: float, field: str = "ray.address", ship: tuple[str, ...] = ()) -> None:
+    """Connect this process to the Ray cluster at ``address`` (see :func:`check_reachable`), as a job whose
+    workers get the users' code ``ship`` (files or package directories); errors name ``field``."""
+    import ray
+
+    from simulator.shipping import runtime_env
 
     check_reachable(address, timeout=connect_timeout, field=field)
     try:
-        ray.init(address=address, logging_level="ERROR", configure_logging=True)
+        ray.init(address=address, logging_level="ERROR", configure_logging=True, runtime_env=runtime_env(ship))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ScenarioError(field, address, f"cannot join this Ray cluster: {' '.join(str(exc).split())}") from None
+    except Exception as exc:  # uploading the users' code (Ray's packaging: too large, unreadable)
+        if not ship:
+            raise
+        raise ScenarioError("ray.ship_code", ", ".join(ship), f"cannot ship this code to the cluster: {' '.join(str(exc).split())}") from None
 
 
 def check_reachable(address: str, *, timeout: float, field: str = "ray.address") -> None:

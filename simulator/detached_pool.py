@@ -7,8 +7,9 @@ processes that import torch again.
 
 Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v1``), which serves
 one call at a time, so that two drivers never lease the same actor. An actor is interchangeable with another
-only under the same :class:`PoolKey`: its class, its CPU and GPU shares and privsilo's code version (the package
-version and a digest of its source files, so an edited checkout never reuses actors running the old code). A
+only under the same :class:`PoolKey`: its class, its CPU and GPU shares and the code version (privsilo's package
+version and a digest of its source files, so an edited checkout never reuses actors running the old code, and the
+users' code the run's job ships, :mod:`simulator.shipping`, so a leased actor imports the leasing run's code). A
 lease takes idle actors of its keys, names the new actors the driver starts, and stops every other idle actor
 (of any key, so stale actors never hold resources a run waits for). Each lease is held by the driver's Ray job;
 the registry stops the actors of a lease whose job ended without giving them back (a killed driver). An idle
@@ -37,6 +38,15 @@ REGISTRY_NAME = "pool-registry-v1"  # the suffix changes with the registry's met
 CHECK_EVERY_S = 2.0  # how often the registry looks for expired idle actors and ended jobs
 STOP_WAIT_S = 30.0
 PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
+
+
+def job_code_version() -> str:
+    """:func:`code_version`, and the users' code this Ray job ships, by the content-addressed URIs Ray gave it."""
+    import ray
+
+    shipped = ray.get_runtime_context().runtime_env.get("py_modules") or []
+    digest = hashlib.sha256("\0".join(sorted(shipped)).encode()).hexdigest()[:12]
+    return code_version() + (f"+user.{digest}" if shipped else "")
 
 
 def code_version() -> str:
@@ -187,7 +197,7 @@ class DetachedPool(WorkerPool):
     def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         import ray
 
-        version = code_version()
+        version = job_code_version()
         shapes = list(counts)
         wants = [(PoolKey(shape.actor_class.__qualname__, shape.num_cpus, shape.num_gpus, version), counts[shape])
                  for shape in shapes]

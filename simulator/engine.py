@@ -9,9 +9,9 @@ import math
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -30,13 +30,16 @@ from simulator.data.sources import scenario_dataset
 from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
-from simulator.checkpoint import read_checkpoint, write_checkpoint
+from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
 from simulator.personalisation.evaluation import personalised_evaluator
+from simulator.run_directory import clear, settle
+from simulator.run_lock import locked
 from simulator.results import RoundRecord, RunResult
-from simulator.scenario import Scenario, resolve_scenario, validate_scenario
+from simulator.scenario import Scenario, resolve_scenario, with_changes
+from simulator.shipping import code_to_ship
 from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
@@ -60,18 +63,21 @@ def run(
     checkpoint_dir: str | Path | None = None,
     canaries: Mapping[int, SiloCanaries] | None = None,
     on_round: Callable[["Federation"], None] | None = None,
+    tracking_dir: str | Path | None = None,
 ) -> RunResult:
-    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (replacing what is there),
-    with the metrics also for each tracker in ``log`` (``"tensorboard"``). ``invocation`` is recorded in
+    """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
+    empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
+    (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
     summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see ``simulator.checkpoint``). ``canaries``: an audit's canaries by host silo (see
-    ``simulator.audit``); ``on_round``: called with the federation after each round (an audit reading what the
-    server received, ``server_inbox()``)."""
+    interrupted (see ``simulator.checkpoint``). Both directories are locked for the run
+    (``simulator.run_lock``), and the run finishes in one step (``simulator.run_directory``).
+    ``canaries``: an audit's canaries by host silo (see ``simulator.audit``); ``on_round``: called with the
+    federation after each round (an audit reading what the server received, ``server_inbox()``)."""
     from simulator.invocation import invocation as api_invocation
-    from simulator.tracking import check_trackers
+    from simulator.tracking import TENSORBOARD_DIR, check_trackers
 
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
@@ -79,17 +85,59 @@ def run(
         raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
                             "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
     if address:
-        scenario = validate_scenario({**scenario.to_dict(), "ray": {**scenario.ray.model_dump(), "address": address}})
+        scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
     if resume and checkpoints is None:
         raise ScenarioError("resume", True, "needs the directory of the interrupted run (out_dir or checkpoint_dir)")
-    result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints), resume=resume,
-                  import_reports=out_dir is not None, canaries=canaries, on_round=on_round)
-    if out_dir is not None:
-        from simulator.reports import write_run  # imported during the rounds
+    invocation = invocation or api_invocation(None, overrides)
+    if tracking_dir is None and out_dir is not None:
+        tracking_dir = Path(out_dir) / TENSORBOARD_DIR
+    output = LiveOutput(fresh=None if resume or out_dir is None else Path(out_dir), log=log if tracking_dir else (),
+                        tracking_dir=tracking_dir, resume_with={"overrides": list(invocation["overrides"]), "log": list(log),
+                                                          "scenario": scenario.explicit_dict()})
+    with ExitStack() as held:
+        for directory in dict.fromkeys(Path(d) for d in (out_dir, checkpoints) if d is not None):
+            held.enter_context(locked(directory))
+        if out_dir is not None:
+            settle(Path(out_dir))
+        result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints),
+                      resume=resume, import_reports=out_dir is not None, canaries=canaries, on_round=on_round, output=output)
+        if out_dir is not None:
+            from simulator.reports import write_run  # imported during the rounds
 
-        write_run(result, Path(out_dir), invocation=invocation or api_invocation(None, overrides), log=log)
+            write_run(result, Path(out_dir), invocation=invocation)
     return result
+
+
+class LiveOutput:
+    """What a run writes while it runs, besides checkpoints: once its federation is ready, a fresh run empties its
+    output directory ``fresh``; then each round's metrics go to the trackers in ``log`` (into ``tracking_dir``)
+    as the round ends. ``resume_with`` goes into every checkpoint's header (``write_checkpoint``)."""
+
+    def __init__(self, *, fresh: Path | None = None, log: Sequence[str] = (), tracking_dir: str | Path | None = None,
+                 resume_with: Mapping[str, Any] | None = None) -> None:
+        self.fresh, self.log, self.tracking_dir = fresh, tuple(log), tracking_dir
+        self.resume_with = dict(resume_with or {})
+        self.trackers: list[Any] = []
+
+    @contextmanager
+    def open(self, *, first_round: int) -> Iterator[LiveOutput]:
+        """Empty ``fresh`` and open the trackers, logging from round ``first_round`` (0-based) on."""
+        from simulator.tracking import open_trackers
+
+        if self.fresh is not None:
+            clear(self.fresh)
+        if self.log:
+            self.trackers = open_trackers(self.log, Path(self.tracking_dir), first_step=first_round + 1)
+        try:
+            yield self
+        finally:
+            for tracker in self.trackers:
+                tracker.close()
+
+    def round_done(self, record: RoundRecord) -> None:
+        for tracker in self.trackers:
+            tracker.write(record.report.round_index + 1, record)
 
 
 def _reports_module() -> None:
@@ -190,7 +238,7 @@ class Federation:
         loading = _in_background(self._load_data)
         demand = self._stack.enter_context(ray_session(
             address=scenario.ray.address, demand_for=lambda capacity: resources_needed(scenario, capacity),
-            connect_timeout=scenario.ray.connect_timeout,
+            connect_timeout=scenario.ray.connect_timeout, ship=code_to_ship([scenario]),
         ))
         self.packing = pack_silos(scenario.data.silos, demand.workers)
         if self.resume_from is not None and tuple(self.resume_from["packing"]) != self.packing:
@@ -228,8 +276,13 @@ class Federation:
             num_classes=self.dataset.num_classes,
             seed=seeds["server"],
         )
-        infos, construction = _wait_for_workers(hosting)
-        ray.get(opened)
+        try:
+            infos, construction = _wait_for_workers(hosting)
+            ray.get(opened)
+        except ray.exceptions.RayTaskError as exc:
+            if (error := _user_code_error(scenario, exc)) is None:
+                raise
+            raise error from None
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
@@ -343,19 +396,30 @@ class Federation:
         return ray.get(self.server.global_state.remote())
 
 
+# What a run's checkpoint holds (besides the federation's snapshots), by name and type: a file of the right format
+# and digest without them is not a run's checkpoint and is refused before anything is started from it.
+CHECKPOINT_PARTS: dict[str, type | tuple[type, ...]] = {
+    "accountant": PrivacyAccountant, "records": list, "packing": (tuple, list), "evaluator": (tuple, type(None)),
+    "server": bytes, "silos": dict,
+}
+
+
 def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
          import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None,
-         on_round: Callable[[Federation], None] | None = None) -> RunResult:
+         on_round: Callable[[Federation], None] | None = None, output: LiveOutput | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
     the run continues from the checkpoint there (see ``simulator.checkpoint``). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
-    rounds (during the start-up it would slow the driver's own work)."""
+    rounds (during the start-up it would slow the driver's own work). ``output``: what the run writes as it goes."""
     checkpoint = None
     if resume:
-        checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict())
+        checkpoint = read_checkpoint(checkpoint_dir, scenario=scenario.to_dict(every_key=True))
+        check_parts(checkpoint, CHECKPOINT_PARTS, directory=checkpoint_dir)
     every = scenario.checkpoint.every if checkpoint_dir is not None else 0
+    output = output or LiveOutput()
     t0 = time.perf_counter()
-    with Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation:
+    with (Federation(scenario, snapshots=every > 0, resume_from=checkpoint, canaries=canaries) as federation,
+          output.open(first_round=0 if checkpoint is None else len(checkpoint["records"]))):
         if import_reports:
             _in_background(_reports_module)
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
@@ -392,12 +456,13 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
                 )
             )
             bar.set_postfix(acc=f"{report.accuracy:.3f}", eps="-" if epsilon is None else f"{epsilon:.2f}")
+            output.round_done(records[-1])
             if every and (round_index + 1) % every == 0:
                 write_checkpoint(checkpoint_dir, {
                     "accountant": accountant, "records": records, "packing": federation.packing,
                     "evaluator": None if evaluator is None else (evaluator.history, evaluator.final_state),
                     **federation.checkpoint_state(),
-                }, scenario=scenario.to_dict())
+                }, scenario=scenario.to_dict(every_key=True), resume_with=output.resume_with)
         model_state = federation.model_state()
         placement = federation.placement
         users = None if federation.users is None else federation.users.summary()
@@ -520,6 +585,22 @@ def _root_cause(exc: BaseException) -> BaseException:
     while isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None:
         exc = exc.cause
     return exc
+
+
+def _user_code_error(scenario: Scenario, exc: ray.exceptions.RayTaskError) -> ScenarioError | None:
+    """The user's model or dataset failing in a worker (on a cluster: code the workers cannot import), as one line
+    naming the field; None for any other error."""
+    from simulator.user_code import UserCodeError
+
+    cause = _root_cause(exc)
+    if not isinstance(cause, (UserCodeError, ImportError)):
+        return None
+    field, value = ("data.dataset", scenario.data.dataset) if scenario.model.builtin else ("model.name", scenario.model.name)
+    hint, mode = "", scenario.ray.ship_code
+    if scenario.ray.address and mode != "always" and "import" in str(cause):
+        hint = (f"; ray.ship_code is '{mode}': set it to 'always' to send the module with the run (or 'auto' for modules "
+                "under the current directory), or install it on every node")
+    return ScenarioError(field, value, f"fails in a worker: {type(cause).__name__}: {' '.join(str(cause).split())}{hint}")
 
 
 def _overflow_as_scenario_error(scenario: Scenario, error: EncodingOverflowError) -> ScenarioError:

@@ -210,3 +210,26 @@ def _dlg_lenet(*, feature_shape: tuple[int, ...], num_classes: int) -> nn.Module
         for parameter in model.parameters():
             parameter.uniform_(-LENET_INIT_BOUND, LENET_INIT_BOUND)
     return model
+
+
+EVALUATION_CHUNK = 2048  # test records per forward pass
+
+
+def evaluate_model(model: nn.Module, vector: Any, *, features: Any, labels: Any) -> tuple[float, float]:
+    """Loss and accuracy of the parameters ``vector`` (loaded into ``model``) on a test set, without autograd
+    (no activation is kept for a backward pass), on the device the tensors live on, with one wait for the device
+    at the end; no accuracy (NaN) for regression targets."""
+    import torch
+
+    from mechanisms.base import load_vector_into_model, prediction_loss
+
+    load_vector_into_model(model, vector)
+    model.eval()
+    with torch.inference_mode():
+        logits = torch.cat([model(chunk) for chunk in torch.split(features, EVALUATION_CHUNK)])
+        loss = prediction_loss(logits, labels).double()
+        if labels.is_floating_point():
+            return float(loss), float("nan")
+        accuracy = (logits.argmax(dim=1) == labels).double().mean()
+        loss, accuracy = torch.stack([loss, accuracy]).tolist()
+        return loss, accuracy

@@ -4,7 +4,7 @@ Without ``--out`` a command writes to ``runs/<name>/<UTC start time YYYYmmdd-HHM
 taken (two runs started in the same second) the next free of ``-2``, ``-3``, ... is appended. The directory is
 created when it is chosen (``mkdir`` either creates it or fails, so two runs never pick the same one) and removed
 again if the run fails before writing into it. An explicit ``--out`` that already holds a finished result is
-refused unless ``--overwrite`` is given.
+refused unless ``--overwrite`` is given. ``--out`` always names a directory: a file there is refused.
 """
 from __future__ import annotations
 
@@ -44,6 +44,18 @@ def removed_if_unused(directory: Path) -> Iterator[Path]:
         raise
 
 
+def check_out_directory(out: Path | None, field: str = "--out") -> None:
+    """Refuse an output path that is, or lies under, something other than a directory (before any work)."""
+    if out is None:
+        return
+    for path in (out, *out.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                where = "is" if path == out else f"lies under {str(path)!r}, which is"
+                raise ScenarioError(field, str(out), f"{where} a file; {field} names a directory (created if missing)")
+            return
+
+
 def refuse_finished(out: Path, finished_file: str, *, overwrite: bool) -> None:
     """Refuse ``--out`` when it holds ``finished_file`` (a finished result), unless ``overwrite``."""
     if not overwrite and (out / finished_file).exists():
@@ -54,4 +66,4 @@ def refuse_finished(out: Path, finished_file: str, *, overwrite: bool) -> None:
         )
 
 
-__all__ = ["RUNS_ROOT", "new_directory", "refuse_finished", "removed_if_unused"]
+__all__ = ["RUNS_ROOT", "check_out_directory", "new_directory", "refuse_finished", "removed_if_unused"]

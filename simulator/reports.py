@@ -1,16 +1,18 @@
-"""Writing a run's files: metrics.csv, summary.json, plots and model.pt, all or nothing.
+"""Writing a run's files: metrics.csv, summary.json, plots and model.pt.
 
-Files are written into a fresh temporary directory beside the target, which then replaces the target in two
-renames. A run that fails or is interrupted leaves an earlier good directory exactly as it was.
+A run writes its files in place, ``summary.json`` last, and finishes in one step (:mod:`simulator.run_directory`).
+Other results (attacks, audits, sweeps, merges) are written into a staging directory beside the target, which
+then takes the target's place (:func:`atomic_directory`).
 """
 from __future__ import annotations
 
 import csv
+import ctypes
 import json
 import math
 import os
+import secrets
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -22,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mechanisms.registry import mechanism_class  # noqa: E402
+from simulator.run_lock import process_alive  # noqa: E402
 
 if TYPE_CHECKING:
     from simulator.results import RunResult
@@ -35,38 +38,78 @@ METRICS_COLUMNS = (
 
 @contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``target`` only if the block finishes without error."""
+    """Yield a staging directory that replaces ``target`` only if the block finishes without error.
+
+    An existing ``target`` is swapped with the staging directory in one ``renameat2(RENAME_EXCHANGE)`` where the
+    system has it (else in two renames), so ``target`` never vanishes. Staging directories carry the writer's
+    pid; those of writers no longer alive are removed when the next one starts beside them. The directory gets
+    the umask's permissions, like any other output."""
     target = target.expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    remove_stale_staging(target)
+    staging = _new_staging(target)
     try:
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    previous = None
-    if target.exists():
+    if not target.exists():
+        staging.rename(target)
+    elif _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the old target
+    else:
         previous = target.parent / f".{target.name}.previous-{os.getpid()}"
         target.rename(previous)
-    staging.rename(target)
-    if previous is not None:
+        staging.rename(target)
         shutil.rmtree(previous, ignore_errors=True)
 
 
-def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any] | None = None, log: Sequence[str] = ()) -> None:
-    """Write every output file of a run into ``out_dir`` (atomically); ``invocation`` goes into summary.json (see
-    :mod:`simulator.invocation`), ``log`` names the trackers to write for (see :mod:`simulator.tracking`)."""
-    with atomic_directory(out_dir) as staging:
-        write_run_files(result, staging, invocation=invocation, log=log)
+def _new_staging(target: Path) -> Path:
+    while True:
+        staging = target.parent / f".{target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()  # the umask's permissions (tempfile.mkdtemp would give 0700)
+            return staging
+        except FileExistsError:
+            continue
 
 
-def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[str, Any] | None = None, log: Sequence[str] = ()) -> None:
-    """Write a run's files into ``directory`` as they are (:func:`write_run` does so in a staging directory)."""
-    from simulator.tracking import write_tracking
+def remove_stale_staging(target: Path) -> None:
+    """Remove the staging and previous directories beside ``target`` that writers killed mid-way left."""
+    for leftover in (*target.parent.glob(f".{target.name}.partial-*"), *target.parent.glob(f".{target.name}.previous-*")):
+        pid = leftover.name.rpartition(".")[2].split("-")[1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` atomically (Linux's ``renameat2``); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd = -100  # AT_FDCWD: the paths are absolute
+    return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
+def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
+    """Write every output file of a run into ``out_dir`` and finish it (:func:`simulator.run_directory.finish`);
+    ``invocation`` goes into summary.json (see :mod:`simulator.invocation`)."""
+    from simulator.run_directory import finish
+
+    finish(Path(out_dir), lambda directory: write_run_files(result, directory, invocation=invocation))
+
+
+def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
+    """Write a run's files into ``directory``, ``summary.json`` last and whole (it says the rest is there)."""
+    from simulator.run_directory import FINISHED_FILE, kill_point, write_atomically
 
     write_metrics_csv(result, directory / "metrics.csv")
-    (directory / "summary.json").write_text(json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n")
-    write_tracking(result, directory, log)
+    kill_point("finish:metrics")
     plot_metrics(result, directory / "metrics.png")
     if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
         plot_privacy(result, directory / "privacy.png")
@@ -77,6 +120,8 @@ def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[s
         from simulator.personalisation.outputs import write_personalisation
 
         write_personalisation(result, directory)
+    text = json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n"
+    write_atomically(directory / FINISHED_FILE, text)
 
 
 def finite_or_none(value: float | None) -> float | None:

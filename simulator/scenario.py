@@ -253,6 +253,8 @@ class RayConfig(_Block):
     """Seconds to wait for the head at `ray.address` to answer before giving up (exit 2)."""
     pool_idle_timeout: float = Field(600.0, ge=0, allow_inf_nan=False)
     """With `ray.address`: seconds a server or silo worker actor stays in the cluster's warm pool after a run hands it back, for the next run to reuse (0: stop it at once); `privsilo pool status` and `privsilo pool stop` show and empty the pool."""
+    ship_code: Literal["auto", "always", "never"] = "auto"
+    """With `ray.address`: which of your own code (the modules of `model.name` and `data.dataset` as `package.module:callable`, or of the objects given to `privsilo.run`) the run uploads with its Ray job, for the cluster's workers to import: `auto`, the modules found under the current directory; `always`, every one of them (also those installed here); `never`, none (install them on every node)."""
 
 
 class AttackConfig(_Block):
@@ -389,21 +391,36 @@ class Scenario(_Block):
     audit: AuditConfig | None = None
     """An empirical privacy audit (`privsilo audit`; the defaults where the block is absent)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, every_key: bool = False) -> dict[str, Any]:
+        """The resolved form (``summary.json``'s ``config``): every setting's value, except, at their defaults,
+        the keys added later (:data:`LATER_KEYS`) and the mechanism's settings that do nothing here (its
+        ``inert_settings``); ``every_key``: none left out. Validated again, it gives this scenario back."""
         raw = self.model_dump(mode="json")
-        for block, keys in LATER_KEYS.items():  # at their defaults, keys added later are left out
+        params, written = self.mechanism.params, raw["mechanism"]["params"]
+        for key in () if every_key else params.inert_settings():  # written out, defaults would read as the user's
+            if getattr(params, key) == type(params).model_fields[key].get_default(call_default_factory=True):
+                del written[key]
+        for block, keys in () if every_key else LATER_KEYS.items():  # at their defaults, keys added later are left out
             model, target = self, raw
             for part in block.split(".") if block else ():
                 model, target = getattr(model, part), target[part]
             for key in keys:
                 field = type(model).model_fields.get(key)
-                if field is not None and getattr(model, key) == field.get_default(call_default_factory=True):
+                if field is not None and key in target and getattr(model, key) == field.get_default(call_default_factory=True):
                     del target[key]
         mech = raw.pop("mechanism")
         raw["mechanism"] = {"name": mech["name"], **mech["params"]}
         order = ("name", "seed", "secure_rng", "data", "model", "federation", "mechanism", "protocol", "resources", "ray",
                  *LATER_KEYS[None])
         return {key: raw[key] for key in order if key in raw}
+
+    def explicit_dict(self) -> dict[str, Any]:
+        """The settings the scenario was given (and those its validation filled in), none of the defaults:
+        validated again, it gives this scenario with the same settings explicit (a mechanism refuses some
+        settings only when they are given, e.g. another variant's)."""
+        raw = self.model_dump(mode="json", exclude_unset=True)
+        raw["mechanism"] = {"name": self.mechanism.name, **self.mechanism.params.model_dump(mode="json", exclude_unset=True)}
+        return raw
 
 
 # Keys added after scenarios were first written and journaled, by block (None: the top level): at their defaults
@@ -415,7 +432,7 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
     "model": ("kwargs",),
     "federation": ("server_optimizer", "proximal_mu", "round_timeout"),
     "protocol": ("threshold", "neighbours", "corrupt_fraction", "dropout_rate", "server"),
-    "ray": ("pool_idle_timeout",),
+    "ray": ("pool_idle_timeout", "ship_code"),
     "mechanism.params": ("accountant",),
 }
 
@@ -423,11 +440,28 @@ LATER_KEYS: dict[str | None, tuple[str, ...]] = {
 def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:
     """Accept a Scenario, a raw mapping or a YAML path; apply ``key=value`` overrides; validate."""
     if isinstance(scenario, Scenario):
-        if not overrides:
-            return scenario
-        scenario = scenario.to_dict()
+        return _revalidated(scenario, apply_overrides(scenario.explicit_dict(), overrides)) if overrides else scenario
     raw = load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario)
     return validate_scenario(apply_overrides(raw, overrides or []))
+
+
+def with_changes(scenario: Scenario, changes: Mapping[str, Any]) -> Scenario:
+    """``scenario`` with ``changes`` (blocks of keys, e.g. ``{"ray": {"address": ...}}``) merged into its explicit
+    settings and checked again: what it left at the defaults stays at the defaults, not given."""
+    return _revalidated(scenario, _merged(scenario.explicit_dict(), changes))
+
+
+def _merged(raw: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(raw)
+    for key, value in changes.items():
+        old = merged.get(key)
+        merged[key] = _merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return merged
+
+
+def _revalidated(scenario: Scenario, raw: Mapping[str, Any]) -> Scenario:
+    """``raw`` (a changed form of ``scenario``'s explicit settings) validated, with the objects ``scenario`` carries."""
+    return validate_scenario(raw, model=scenario.model.factory, dataset=scenario.data.source)
 
 
 def load_scenario_file(path: str | Path) -> dict[str, Any]:
@@ -510,7 +544,7 @@ def validate_scenario(raw: Mapping[str, Any] | Scenario, *, model: Any = None, d
     """
     if isinstance(raw, Scenario) and model is None and dataset is None:
         return raw
-    raw = raw.to_dict() if isinstance(raw, Scenario) else dict(raw)
+    raw = raw.explicit_dict() if isinstance(raw, Scenario) else dict(raw)
     mechanism_raw = raw.pop("mechanism", {})
     try:
         scenario = Scenario.model_validate(raw)
@@ -530,8 +564,7 @@ def with_attack_block(scenario: Scenario, *, address: str | None = None) -> Scen
     """The scenario with an ``attack`` block (the defaults where it has none) and, if given, ``ray.address``."""
     if scenario.attack is not None and not address:
         return scenario
-    raw = scenario.to_dict()
-    return validate_scenario({**raw, "attack": raw.get("attack", {}), "ray": {**raw["ray"], "address": address or raw["ray"]["address"]}})
+    return with_changes(scenario, {"attack": {}, **({"ray": {"address": address}} if address else {})})
 
 
 def _with_attack_batch(scenario: Scenario) -> Scenario:

@@ -63,6 +63,20 @@ def silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> Si
     return PlainSumSilo(silo_id)
 
 
+def deterministic_kernels(device: torch.device) -> None:
+    """On CUDA, have cuDNN use deterministic convolution algorithms and no autotuning (a setting of the whole
+    process), so that a seed repeats a run on the same kind of device; the CPU's kernels already are."""
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
+def draws_on_device(device: torch.device, *, secure_rng: bool) -> bool:
+    """Whether a silo's local training draws on ``device`` (``SiloContext.training_generator``): on a GPU, unless
+    secure mode keeps every draw on its CPU generator, whose whole state it re-keys from OS entropy."""
+    return device.type != "cpu" and not secure_rng
+
+
 class Silo:
     """One silo: trains locally through its mechanism and protects the upload with its protocol object.
 
@@ -83,6 +97,7 @@ class Silo:
         device: torch.device,
         user_histogram: np.ndarray | None = None,
     ) -> None:
+        deterministic_kernels(device)
         self.silo_id = spec.silo_id
         self.num_records = int(labels.shape[0])
         self.record_ids = np.array(spec.record_ids)
@@ -102,6 +117,7 @@ class Silo:
             user_ids=None if spec.user_ids is None else np.array(spec.user_ids),
             user_histogram=user_histogram,
             canaries=None if spec.canaries is None or spec.canaries.are_inputs else spec.canaries,
+            draws_on_device=draws_on_device(device, secure_rng=scenario.secure_rng),
         )
         mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
         self.refusal: PrivacyBudgetError | None = None

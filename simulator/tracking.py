@@ -2,8 +2,10 @@
 
 The scalars are those of ``metrics.csv`` (``loss``, ``accuracy``, ``train_loss`` where the mechanism reveals it,
 ``epsilon`` where a guarantee covers the round, ``wall_seconds``, ``num_participants``), at step = the 1-based
-round, written with the rest of the run's files once the run has finished. TensorBoard is an optional extra:
-``pip install privsilo[tracking]``.
+round, written and flushed as each round ends, so TensorBoard shows a run while it runs. A resumed run writes a
+new event file into the same directory whose first event purges what the interrupted run logged after its last
+checkpoint (those rounds run again), so each step keeps one value. TensorBoard is an optional extra: from a
+checkout, ``pip install -e ".[tracking]"``.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 from simulator.errors import ScenarioError
 
 if TYPE_CHECKING:
-    from simulator.results import RunResult
+    from simulator.results import RoundRecord
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -27,37 +29,42 @@ def check_trackers(names: Sequence[str]) -> None:
         try:
             import tensorboard  # noqa: F401
         except ImportError:
-            raise ScenarioError("--log", name, "the tensorboard package is not installed: pip install privsilo[tracking]") from None
+            raise ScenarioError("--log", name, 'the tensorboard package is not installed: pip install -e ".[tracking]" (from a checkout of privsilo)') from None
 
 
-def round_scalars(result: RunResult) -> list[dict[str, float]]:
-    """Per round, the scalars that have a value (the same numbers as ``metrics.csv``)."""
-    rows = []
-    for record in result.rounds:
-        report = record.report
-        values = {"loss": report.loss, "accuracy": report.accuracy, "train_loss": report.train_loss,
-                  "epsilon": record.epsilon, "wall_seconds": record.wall_seconds,
-                  "num_participants": float(len(report.participants))}
-        rows.append({key: float(value) for key, value in values.items() if value is not None and not math.isnan(value)})
-    return rows
+def record_scalars(record: RoundRecord) -> dict[str, float]:
+    """A round's scalars that have a value (the same numbers as its row of ``metrics.csv``)."""
+    report = record.report
+    values = {"loss": report.loss, "accuracy": report.accuracy, "train_loss": report.train_loss,
+              "epsilon": record.epsilon, "wall_seconds": record.wall_seconds,
+              "num_participants": float(len(report.participants))}
+    return {key: float(value) for key, value in values.items() if value is not None and not math.isnan(value)}
 
 
-def write_tensorboard(result: RunResult, out_dir: Path) -> None:
-    """One event file in ``out_dir/tensorboard/``: every round's scalars at step = round (1-based)."""
-    from torch.utils.tensorboard import SummaryWriter
+class TensorBoardLog:
+    """A run's TensorBoard event file in ``log_dir``; ``first_step``: the first round it logs (1-based), from which
+    on whatever earlier event files of the directory hold is purged (an interrupted run's rounds after its last
+    checkpoint)."""
 
-    with SummaryWriter(log_dir=str(out_dir / TENSORBOARD_DIR)) as writer:
-        for step, scalars in enumerate(round_scalars(result), start=1):
-            for tag, value in scalars.items():
-                writer.add_scalar(tag, value, global_step=step)
+    def __init__(self, log_dir: Path, *, first_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=first_step)
+
+    def write(self, step: int, record: RoundRecord) -> None:
+        for tag, value in record_scalars(record).items():
+            self.writer.add_scalar(tag, value, global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
-def write_tracking(result: RunResult, out_dir: Path, trackers: Sequence[str]) -> None:
-    """Write the run's metrics for each tracker named (``--log``) into ``out_dir``."""
-    for name in trackers:
-        WRITERS[name](result, out_dir)
+def open_trackers(names: Sequence[str], directory: Path, *, first_step: int) -> list[TensorBoardLog]:
+    """A writer per tracker named (``--log``), each writing into ``directory`` (e.g. ``<out>/tensorboard``)."""
+    return [WRITERS[name](directory, first_step=first_step) for name in names]
 
 
-WRITERS = {"tensorboard": write_tensorboard}
+WRITERS = {"tensorboard": TensorBoardLog}
 
-__all__ = ["WRITERS", "check_trackers", "round_scalars", "write_tensorboard", "write_tracking"]
+__all__ = ["TENSORBOARD_DIR", "TensorBoardLog", "WRITERS", "check_trackers", "open_trackers", "record_scalars"]

@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import REPO, small_scenario
 from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
-from mechanisms.per_sample import noisy_sgd_step
+from mechanisms.per_sample import noisy_sgd_steps
 from simulator.audit.canaries import CanaryPlan
 from simulator.audit.runner import audit
 from simulator.cli import main
@@ -28,8 +28,8 @@ def test_canary_record_adds_its_clipped_gradient_to_a_dp_sgd_step():
     before = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
     hosted = SiloCanaries(ids=np.array([7]), seed=11)
     canaries = CanaryGradients.of(hosted, dimension=before.numel(), rates=1.0)
-    noisy_sgd_step(model, features=torch.zeros(5, 4), labels=torch.zeros(5, dtype=torch.long), rates=0.0, max_grad_norm=0.5,
-                   noise_multiplier=0.0, lr=0.2, generator=torch.Generator().manual_seed(0), divisor=10.0, canaries=canaries)
+    noisy_sgd_steps(model, features=torch.zeros(5, 4), labels=torch.zeros(5, dtype=torch.long), rates=0.0, steps=1, max_grad_norm=0.5,
+                    noise_multiplier=0.0, lr=0.2, generator=torch.Generator().manual_seed(0), divisor=10.0, canaries=canaries)
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     expected = -0.2 / 10.0 * 0.5 * canary_directions(11, np.array([7]), before.numel())[0]
     np.testing.assert_allclose((after - before).double().numpy(), expected, atol=1e-7)

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -81,12 +82,14 @@ def test_finished_out_is_refused_without_overwrite_and_tensorboard_matches_metri
     assert not (out / "tensorboard").exists()  # replaced as a whole, not merged
 
 
-def _assert_tensorboard_equals_metrics(out: Path) -> None:
+def _assert_tensorboard_equals_metrics(out: Path, *, event_files: int = 1, tensorboard: Path | None = None) -> None:
+    """The scalars in ``tensorboard`` (default ``out/tensorboard``, in ``event_files`` files) are metrics.csv's."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
-    assert len(events) == 1
-    accumulator = EventAccumulator(str(out / "tensorboard"))
+    tensorboard = tensorboard or out / "tensorboard"
+    events = list(tensorboard.glob("events.out.tfevents.*"))
+    assert len(events) == event_files
+    accumulator = EventAccumulator(str(tensorboard))
     accumulator.Reload()
     with (out / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -96,13 +99,66 @@ def _assert_tensorboard_equals_metrics(out: Path) -> None:
     }
     expected = {tag: values for tag, values in expected.items() if values}
     assert set(accumulator.Tags()["scalars"]) == set(expected)
-    assert "loss" in expected and "accuracy" in expected and len(expected["loss"]) == 2
+    assert "loss" in expected and "accuracy" in expected and len(expected["loss"]) == len(rows)
     for tag, values in expected.items():
         logged = [(event.step, event.value) for event in accumulator.Scalars(tag)]
         assert [step for step, _ in logged] == [step for step, _ in values], tag
         tolerance = 1e-4 if tag == "wall_seconds" else 0.0  # metrics.csv rounds wall_seconds to 4 decimals
         for (_, got), (_, want) in zip(logged, values):
             assert got == pytest.approx(want, rel=1e-6, abs=tolerance), tag
+
+
+def _logged_steps(directory: Path) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not directory.is_dir():
+        return []
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    return [event.step for event in accumulator.Scalars("loss")] if "loss" in accumulator.Tags()["scalars"] else []
+
+
+def test_tensorboard_is_live_and_a_resumed_run_continues_its_events(tmp_path):
+    """Round 1's scalars can be read while the run goes on; the run is then killed (driver and Ray) after a round
+    its last checkpoint does not cover, and ``privsilo resume`` continues the same event directory: each round
+    ends with one value, that of metrics.csv."""
+    from tests.test_resume import _kill_session, _start
+
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(QUICKSTART.read_text())
+    out = tmp_path / "live"
+    process = _start(scenario_file, out, "--log", "tensorboard", "--set", "federation.rounds=5", "--set", "checkpoint.every=2")
+    try:
+        deadline = time.monotonic() + 300
+        while not _logged_steps(out / "tensorboard"):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "no TensorBoard event within 300 s"
+            time.sleep(0.1)
+        assert process.poll() is None and not (out / "summary.json").exists()  # read while the run still runs
+        assert _logged_steps(out / "tensorboard")[0] == 1
+        while len(_logged_steps(out / "tensorboard")) < 3:  # round 3: after the checkpoint of round 2
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+            time.sleep(0.05)
+    finally:
+        _kill_session(process.pid)
+        process.wait(timeout=60)
+    assert not (out / "summary.json").exists()
+    resumed = _start(None, out, command=("resume",))
+    output = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, output
+    _assert_tensorboard_equals_metrics(out, event_files=2)
+    assert _logged_steps(out / "tensorboard") == list(range(1, 6))
+
+
+def test_sweep_logs_one_tensorboard_run_per_grid_run(ray_local, tmp_path):
+    grid_path = _write_grid(tmp_path, seeds=[0])  # 2 runs
+    assert main(["sweep", str(grid_path), "--out", str(tmp_path / "swept"), "--log", "tensorboard", "--no-progress"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "swept" / "tensorboard").iterdir())
+    assert len(runs) == 2
+    for name in runs:
+        steps = _logged_steps(tmp_path / "swept" / "tensorboard" / name)
+        assert steps and steps == list(range(1, len(steps) + 1))
+    assert not (tmp_path / "swept.unfinished").exists()
 
 
 def test_api_runs_record_their_overrides_and_no_command_line(ray_local, tmp_path):
@@ -119,7 +175,7 @@ def test_log_refuses_an_unknown_tracker_and_a_missing_tensorboard(tmp_path, monk
     assert _error_line(capsys) == "privsilo: error: --log: got 'wandb'; allowed: tensorboard"
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if the tracking extra were not installed
     assert main([*args, "--log", "tensorboard"]) == EXIT_USER_ERROR
-    assert "pip install privsilo[tracking]" in _error_line(capsys)
+    assert 'pip install -e ".[tracking]"' in _error_line(capsys)
     assert not (tmp_path / "out").exists()
 
 

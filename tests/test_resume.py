@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,10 +89,26 @@ def test_resumed_run_equals_the_uninterrupted_one(ray_local, tmp_path, name):
     _same_results(whole, resumed)
 
 
-def _start(scenario_file: Path, out: Path, *extra: str) -> subprocess.Popen:
+def _start(scenario_file: Path | None, out: Path, *extra: str, command: tuple[str, ...] = ("run",)) -> subprocess.Popen:
+    """``privsilo run [SCENARIO] --out OUT ...`` (or ``command`` with OUT) in a session of its own."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    return subprocess.Popen([*PRIVSILO, "run", str(scenario_file), "--out", str(out), "--no-progress", *extra], cwd=REPO,
+    scenario = [] if scenario_file is None else [str(scenario_file)]
+    where = ["--out", str(out)] if command == ("run",) else [str(out)]
+    return subprocess.Popen([*PRIVSILO, *command, *scenario, *where, "--no-progress", *extra], cwd=REPO,
                             env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_checkpoint(process: subprocess.Popen, directory: Path, *, rounds: int) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if len(read_checkpoint(directory)["records"]) >= rounds:
+                return
+        except CheckpointError:
+            pass
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.02)
 
 
 def _kill_session(leader: int) -> None:
@@ -122,23 +139,14 @@ def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     kill_after = int(np.random.default_rng().integers(1, 6))  # any round before the last
     killed = tmp_path / "killed"
     process = _start(scenario_file, killed)
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            if len(read_checkpoint(killed)["records"]) >= kill_after:
-                break
-        except CheckpointError:
-            pass
-        assert process.poll() is None, process.communicate()[0]
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.02)
+    _wait_for_checkpoint(process, killed, rounds=kill_after)
     _kill_session(process.pid)
     process.wait(timeout=60)
     assert not (killed / "summary.json").exists()
     refused = _start(scenario_file, killed)
     output = refused.communicate(timeout=120)[0]
-    assert refused.returncode == 2 and "--resume" in output
-    resumed = _start(scenario_file, killed, "--resume")
+    assert refused.returncode == 2 and f"privsilo resume {killed}" in output
+    resumed = _start(None, killed, "--resume")  # the scenario comes from the checkpoint
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
     assert _metrics(killed / "metrics.csv") == _metrics(tmp_path / "reference" / "metrics.csv")
@@ -152,10 +160,11 @@ def test_resume_refuses_another_scenario(ray_local, tmp_path):
     scenario["federation"]["rounds"] = 1
     run(scenario, checkpoint_dir=tmp_path)
     for key, value, field in [("seed", 1, "seed"), ("federation", {**scenario["federation"], "rounds": 2}, "federation.rounds"),
-                              ("mechanism", MECHANISMS["dp_sgd"][0], "mechanism.name")]:
+                              ("mechanism", MECHANISMS["dp_sgd"][0], "mechanism.name"),
+                              ("federation", {**scenario["federation"], "proximal_mu": 0.1}, "federation.proximal_mu")]:
         with pytest.raises(ScenarioError) as error:
             run({**scenario, key: value}, checkpoint_dir=tmp_path, resume=True)
-        assert str(error.value).startswith(field)
+        assert str(error.value).startswith(field) and "None" not in str(error.value)  # a default is named by its value
     data = (tmp_path / CHECKPOINT_FILE).read_bytes()
     (tmp_path / CHECKPOINT_FILE).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit flipped
     with pytest.raises(CheckpointError, match="corrupt or half-written.*not loaded"):
@@ -226,3 +235,79 @@ def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(ray_local, tmp_path
     assert sorted(resumed_from, key=str) == [4, None]  # the interrupted run resumed after its last checkpoint
     assert [r.accuracy for r in resumed.runs] == [r.accuracy for r in uninterrupted.runs]
     assert not SweepJournal(tmp_path / "resumed").path.exists()
+
+
+SESSION = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
+
+
+def _descendants(root: int) -> dict[int, bytes]:
+    """``{pid: command line}`` of every process below ``root``."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError):
+                continue
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                try:
+                    found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                frontier.append(pid)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_run(ray_local, tmp_path):
+    """SIGKILL to the driver alone (as the OOM killer sends it): within 30 s no process of the Ray it started is
+    left (found by its pids and by its session's name, never touching another Ray on the machine). Then
+    ``privsilo resume DIR``, with neither the scenario file nor the ``--set`` the run was started with, ends with
+    the results of the run never interrupted."""
+    from simulator.ray_watchdog import session_processes
+
+    scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=5, faults={})
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario))
+    overrides = ["--set", "federation.rounds=8", "--set", "federation.lr=0.05"]
+    run(scenario_file, overrides=["federation.rounds=8", "federation.lr=0.05"], out_dir=tmp_path / "reference")
+    killed = tmp_path / "killed"
+    process = _start(scenario_file, killed, *overrides)
+    ray_processes, sessions = {}, set()
+    try:
+        _wait_for_checkpoint(process, killed, rounds=1)
+        ray_processes = _descendants(process.pid)
+        sessions = {match.decode() for command in ray_processes.values() for match in SESSION.findall(command)}
+        assert len(sessions) == 1 and len(ray_processes) >= 3, ray_processes
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while True:
+            left = {pid for pid in ray_processes if _running(pid)} | {pid for name in sessions for pid in session_processes(name)}
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert not left, {pid: ray_processes.get(pid) for pid in left}
+    finally:
+        for pid in {*ray_processes, *(pid for name in sessions for pid in session_processes(name))}:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not (killed / "summary.json").exists()
+    resumed = _start(None, killed, command=("resume",))
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output
+    assert _metrics(killed / "metrics.csv") == _metrics(tmp_path / "reference" / "metrics.csv")
+    model, reference = torch.load(killed / "model.pt"), torch.load(tmp_path / "reference" / "model.pt")
+    assert all(torch.equal(model[k], reference[k]) for k in reference)
+    assert not (killed / CHECKPOINT_FILE).exists()

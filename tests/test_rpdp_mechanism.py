@@ -7,7 +7,7 @@ import torch
 
 from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
-from mechanisms.per_sample import noisy_sgd_step
+from mechanisms.per_sample import noisy_sgd_steps
 from mechanisms.rpdp import epsilon
 from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
 from mechanisms.rpdp.mechanism import Rpdp, RpdpParams
@@ -81,9 +81,8 @@ def test_per_record_rates_normalise_by_expected_batch_size():
     model = torch.nn.Linear(3, 2, bias=False).double()
     torch.nn.init.zeros_(model.weight)
     generator = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        noisy_sgd_step(model, features=torch.zeros(n, 3, dtype=torch.float64), labels=torch.zeros(n, dtype=torch.long),
-                       rates=rates, max_grad_norm=2.0, noise_multiplier=1.5, lr=0.1, generator=generator)
+    noisy_sgd_steps(model, features=torch.zeros(n, 3, dtype=torch.float64), labels=torch.zeros(n, dtype=torch.long),
+                    rates=rates, steps=steps, max_grad_norm=2.0, noise_multiplier=1.5, lr=0.1, generator=generator)
     expected_std = np.sqrt(steps) * 0.1 * 1.5 * 2.0 / float(rates.sum())
     observed = model.weight.detach().numpy().ravel() / expected_std
     # Six standard normal draws: |z| < 5.5 fails with probability < 3e-7 (stated false-failure rate).

@@ -78,8 +78,8 @@ def mean_loss(context: SiloContext, vector: np.ndarray) -> float:
 
     load_vector_into_model(context.model, vector)
     context.model.eval()
-    total = 0.0
+    total = torch.zeros((), dtype=torch.float64, device=context.device)  # summed on the device: one wait at the end
     with torch.no_grad():
         for features, labels in zip(torch.split(context.features, EVALUATION_BATCH), torch.split(context.labels, EVALUATION_BATCH)):
-            total += prediction_loss(context.model(features), labels).item() * len(labels)
-    return total / context.labels.shape[0]
+            total += prediction_loss(context.model(features), labels).double() * len(labels)
+    return float(total) / context.labels.shape[0]

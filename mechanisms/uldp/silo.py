@@ -45,7 +45,9 @@ class _UldpSilo(SiloMechanism):
         return self.contribute_with_plan(state, round_index=round_index, plan=None)
 
     def _noise(self, size: int, std: float) -> np.ndarray:
-        return torch.randn(size, generator=self.context.generator, dtype=torch.float64).mul_(std).numpy()
+        """``N(0, std^2 I_size)``, drawn where the silo trains (``SiloContext.training_generator``)."""
+        generator = self.context.training_generator()
+        return torch.randn(size, generator=generator, device=generator.device, dtype=torch.float64).mul_(std).cpu().numpy()
 
     def _user_level_event(self, round_index: int, sampled: np.ndarray, *, noise_multiplier: float) -> UserLevelGaussianEvent:
         return UserLevelGaussianEvent(

@@ -25,6 +25,7 @@ from simulator.data import DATASETS
 from simulator.engine import resources_needed
 from simulator.errors import ScenarioError
 from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
+from simulator.shipping import code_to_ship
 from simulator.detached_pool import pool_for
 from simulator.worker_pool import WorkerPool
 
@@ -42,7 +43,8 @@ def attack(
     def demand_for(capacity: Capacity) -> ActorDemand:
         return resources_needed(scenario, capacity)
 
-    with ray_session(address=scenario.ray.address, demand_for=demand_for, connect_timeout=scenario.ray.connect_timeout):
+    with ray_session(address=scenario.ray.address, demand_for=demand_for, connect_timeout=scenario.ray.connect_timeout,
+                     ship=code_to_ship([scenario])):
         _check_task_cpus(scenario.attack)
         started = time.perf_counter()
         capture = capture_round(scenario)

@@ -24,7 +24,7 @@ from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.data import Dataset
 from simulator.results import RunResult
-from simulator.scenario import Scenario, resolve_scenario, validate_scenario
+from simulator.scenario import Scenario, resolve_scenario, with_changes
 
 # The delta of the bound for a mechanism that reports none (`none`): the default delta of the DP mechanisms.
 DELTA_WITHOUT_GUARANTEE = 1e-5
@@ -34,7 +34,7 @@ def with_audit_block(scenario: Scenario) -> Scenario:
     """The scenario with an ``audit`` block (the defaults where it has none), validated."""
     if scenario.audit is not None:
         return scenario
-    return validate_scenario({**scenario.to_dict(), "audit": {}})
+    return with_changes(scenario, {"audit": {}})
 
 
 def audit(

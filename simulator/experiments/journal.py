@@ -66,6 +66,11 @@ class SweepJournal:
         """Where the kept output directory of run ``name`` goes while the sweep runs (``""``: their parent)."""
         return self.path / "runs" / name
 
+    def tracking_directory(self, name: str) -> Path:
+        """Where run ``name`` logs its rounds for the trackers (``--log``) while the sweep runs (``""``: their
+        parent, one TensorBoard run per grid run)."""
+        return self.path / "tensorboard" / name
+
     def checkpoint_directory(self, key: str) -> Path:
         """Where the run of scenario ``key`` keeps its checkpoints while it runs (an interrupted run resumes from
         there; removed once the run is journaled)."""

@@ -32,6 +32,7 @@ import dataclasses
 import itertools
 import json
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -44,8 +45,10 @@ from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.output_dirs import RUNS_ROOT, new_directory, removed_if_unused
 from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from simulator.shipping import code_to_ship
 from simulator.experiments.journal import SweepJournal, latest_unfinished, scenario_key
 from simulator.experiments.results import SweepRun
+from simulator.tracking import TENSORBOARD_DIR
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
@@ -200,22 +203,25 @@ def sweep(
     only: Sequence[str] = (),
     address: str | None = None,
     progress: bool = False,
+    log: Sequence[str] = (),
 ) -> SweepResult:
     """Run every combination x seed of a grid file and write the tables and plots to ``out_dir`` (default: the
     latest unfinished sweep of the grid in ``runs/<grid name>/``, else a new ``runs/<grid name>/<UTC time>``,
-    see ``simulator.output_dirs``)."""
+    see ``simulator.output_dirs``). ``log``: trackers that get each run's rounds as they end, one TensorBoard
+    run per grid run (``run_name``) in the journal's ``tensorboard/`` while the sweep runs, then in
+    ``out_dir/tensorboard/``."""
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or (), only=only)
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
     if out_dir is not None:
-        return _sweep_into(grid, jobs, Path(out_dir), address=address, progress=progress)
+        return _sweep_into(grid, jobs, Path(out_dir), address=address, progress=progress, log=log)
     parent = RUNS_ROOT / grid.name  # resume the latest unfinished sweep of this grid, else start a new directory
     out = latest_unfinished(parent) or new_directory(parent)
     with removed_if_unused(out):
-        return _sweep_into(grid, jobs, out, address=address, progress=progress)
+        return _sweep_into(grid, jobs, out, address=address, progress=progress, log=log)
 
 
 def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], out: Path, *, address: str | None,
-                progress: bool) -> SweepResult:
+                progress: bool, log: Sequence[str] = ()) -> SweepResult:
     """Run the jobs (labels, seed, scenario) that ``out``'s journal lacks and write the outputs to ``out``."""
     from simulator.checkpoint import has_checkpoint
     from simulator.engine import resources_needed, run
@@ -231,14 +237,16 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
         def demand_for(capacity: Capacity) -> ActorDemand:
             return ActorDemand.covering(resources_needed(scenario, capacity) for _, (_, _, scenario) in pending)
 
-        session = ray_session(address=address or jobs[0][2].ray.address, demand_for=demand_for, connect_timeout=jobs[0][2].ray.connect_timeout)
+        session = ray_session(address=address or jobs[0][2].ray.address, demand_for=demand_for, connect_timeout=jobs[0][2].ray.connect_timeout,
+                              ship=code_to_ship(scenario for _, (_, _, scenario) in pending))
         with session:
             bar = tqdm(pending, desc=grid.name, unit="run", disable=not progress, total=len(jobs), initial=len(jobs) - len(pending))
             for key, (labels, seed, scenario) in bar:
                 bar.set_postfix_str(run_label(labels, seed))
                 kept = journal.run_directory(run_name(labels, seed)) if personalised else None
                 checkpoints = journal.checkpoint_directory(key)  # an interrupted run continues from its last round
-                result = run(scenario, out_dir=kept, address=address, checkpoint_dir=checkpoints, resume=has_checkpoint(checkpoints))
+                result = run(scenario, out_dir=kept, address=address, checkpoint_dir=checkpoints, resume=has_checkpoint(checkpoints),
+                             log=log, tracking_dir=journal.tracking_directory(run_name(labels, seed)))
                 if key == reference:
                     journal.save_records(key, rebuild_accountant(result).per_record())
                 done = _sweep_run(labels, seed, result, attacked=_attack_summary(scenario, address=address))
@@ -250,7 +258,8 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
     swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
     records = None if reference is None else journal.load_records(reference)
     kept = journal.run_directory("") if personalised else None
-    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records), run_directories=kept)
+    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records), run_directories=kept,
+                        tracking=journal.tracking_directory(""))
     journal.remove()
     return swept
 
@@ -265,7 +274,8 @@ def _is_rpdp(scenario: Scenario) -> bool:
 
 
 def write_sweep_outputs(
-    swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None, run_directories: Path | None = None
+    swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None, run_directories: Path | None = None,
+    tracking: Path | None = None,
 ) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
@@ -273,7 +283,7 @@ def write_sweep_outputs(
     they are copied to ``runs/`` and the table and its plots are the personalised report's. For an rPDP base
     scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the label and per-record
     arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the base mechanism's
-    ``sweep_plotter`` draws.
+    ``sweep_plotter`` draws. ``tracking``: the runs' tracker logs (``--log``), copied to ``tensorboard/``.
     """
     from simulator.reports import atomic_directory
     from simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
@@ -292,12 +302,12 @@ def write_sweep_outputs(
         plotter = mechanism_class(base.mechanism.name).sweep_plotter()
         if plotter is not None:
             plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
+        if tracking is not None and tracking.is_dir():
+            shutil.copytree(tracking, staging / TENSORBOARD_DIR)
 
 
 def _write_personalised_report(swept: SweepResult, *, run_directories: Path, staging: Path) -> None:
     """``runs/`` (every run's output directory), then the personalised table and plots drawn from it."""
-    import shutil
-
     from simulator.experiments.personalised_report import write_report
     from simulator.experiments.results import GridRun
 

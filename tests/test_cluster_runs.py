@@ -1,0 +1,217 @@
+"""Every mechanism family, an attack, an audit and a user's own model and dataset through ``privsilo ... --address``
+against a head that ``ray start --head`` started from another directory, as a user runs them (issue 29): one short
+round each, exit code 0 and sane outputs. Then the warm pool on that head: a user's module reaches leased workers
+(and where it cannot, one line and exit 2), and idle actors give up the GPU share a run of another shape needs.
+
+The head is one process tree of this module's, on free ports, with 4 CPUs and 1 logical GPU (no device: actors
+with a GPU share train on the CPU); it is stopped by its own pids at the end, never with ``ray stop``."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, small_scenario
+
+START_ATTEMPTS = 5
+FAST = {"rounds": 1, "client_rate": 1.0, "local_steps": 2, "batch_size": 16, "lr": 0.1}
+USERS = {"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 30}}
+ULDP = {"name": "uldp", "variant": "avg_w", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "global_lr": 2.0}
+CASES = {  # name -> (command, scenario blocks)
+    "none": ("run", {}),
+    "dp_sgd": ("run", {"mechanism": {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0}}),
+    "rpdp": ("run", {"mechanism": {"name": "rpdp", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-3, "budgets": {
+        "distribution": "three_levels", "levels": [0.1, 1.0, 5.0], "ratios": [0.7, 0.2, 0.1]}}}),
+    "uldp": ("run", {"data": USERS, "mechanism": ULDP, "protocol": {"secure_aggregation": True}}),
+    "uldp_private_weighting": ("run", {"data": USERS, "protocol": {"secure_aggregation": True}, "mechanism": {
+        **ULDP, "weighting": "private", "paillier_key_bits": 2048, "max_records_per_user": 1000}}),
+    "pldp": ("run", {"mechanism": {"name": "pldp", "ranges": "tau1", "budgets": [0.2, 0.5, 1.0], "centers": [0.0, 0.1, -0.1]}}),
+    "dprivacy": ("run", {"data": {"dataset": "digits", "partition": "iid", "silos": 2, "rotations": [0, 180]},
+                         "mechanism": {"name": "dprivacy", "hypotheses": 2, "nu": 5.0, "radius": 1.0, "local_epochs": 1}}),
+    "attack": ("attack", {"model": {"name": "lenet"}, "federation": {**FAST, "local_steps": 1, "batch_size": 1},
+                          "attack": {"method": "dlg", "target_silo": 1, "round": 1, "iterations": 3, "seeds": 1}}),
+    "audit": ("audit", {"data": {"dataset": "digits", "partition": "iid", "silos": 3, "max_records_per_silo": 60},
+                        "mechanism": {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "sampling_rate": 0.5},
+                        "audit": {"canaries": 20}}),
+}
+OWN_CODE = '''
+import numpy as np
+import torch
+
+
+def build(*, feature_shape, num_classes, hidden=16):
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(feature_shape)), hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, num_classes))
+
+
+def load(*, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(240, 6)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    return (x[:200], y[:200]), (x[200:], y[200:])
+'''
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """``ray start --head --block`` run from a directory of its own, in a process group of its own; yields its
+    address; stops the group (the head's processes and workers) at the end."""
+    where = tmp_path_factory.mktemp("head_dir")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for attempt in range(START_ATTEMPTS):  # a loaded machine can miss Ray's fixed 30 s for the raylet to register
+        gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = _free_ports(8)
+        command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={gcs}",
+                   "--node-ip-address=127.0.0.1", "--num-cpus=4", "--num-gpus=1", "--include-dashboard=false",
+                   "--disable-usage-stats", f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+                   f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
+                   f"--runtime-env-agent-port={runtime_env_agent}", f"--node-manager-port={node_manager}",
+                   f"--object-manager-port={object_manager}"]
+        log_path = where / f"head-{attempt}.log"
+        with log_path.open("w") as log:
+            started = subprocess.Popen(command, cwd=where, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while started.poll() is None and "Ray runtime started" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(1)
+        if started.poll() is None and "Ray runtime started" in log_path.read_text():
+            break
+        _stop_group(started)
+    else:
+        pytest.fail(f"ray start --head failed {START_ATTEMPTS} times: {log_path.read_text()[-3000:]}")
+    try:
+        yield f"127.0.0.1:{gcs}"
+    finally:
+        _stop_group(started)
+
+
+def _stop_group(started: subprocess.Popen) -> None:
+    """Stop ``ray start`` and every process of its group (it started them all; Ray never moves them out)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(started.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            started.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + 30
+    while _group_alive(started.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def privsilo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def _scenario_file(directory: Path, name: str, **blocks) -> Path:
+    blocks.setdefault("federation", FAST)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(name=name, **blocks)))
+    return path
+
+
+def pool_names(address: str, cwd: Path, actor: str = "") -> list[str]:
+    """The names of the warm pool's actors (``privsilo pool status``), of class ``actor`` where given."""
+    status = privsilo("pool", "status", "--address", address, cwd=cwd)
+    assert status.returncode == 0, status.stderr
+    names = [line.split()[0] for line in status.stdout.splitlines()[1:] if line.strip()]
+    return sorted(name for name in names if name.startswith(actor))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_family_runs_a_round_on_a_separately_started_head(case, head, tmp_path):
+    command, blocks = CASES[case]
+    proc = privsilo(command, str(_scenario_file(tmp_path, case, **blocks)), "--address", head, "--out", str(tmp_path / "out"),
+                    "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    if command == "attack":
+        report = json.loads((out / "attack.json").read_text())
+        assert report["config"]["ray"]["address"] == head and report["round"] == 1
+        assert len(report["seeds"]) == 1 and report["seeds"][0]["target_silo"] == 1 and report["seeds"][0]["images"]
+        return
+    if command == "audit":
+        report = json.loads((out / "audit.json").read_text())
+        assert report["claimed_epsilon"] > 0 and report["empirical_epsilon_lower_bound"] >= 0 and report["canaries"] == 20
+        return
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["ray"]["address"] == head and 0 <= summary["final"]["accuracy"] <= 1
+    (row,) = csv.DictReader((out / "metrics.csv").open())  # one round
+    assert row["round"] == "1" and row["skipped"] == "false"
+    guarantee = summary["privacy"].get("guarantee")
+    assert (guarantee == "none") == (case == "none"), summary["privacy"]
+    if case in ("dp_sgd", "uldp", "uldp_private_weighting"):
+        assert 0 < summary["privacy"]["epsilon"] < float("inf")
+
+
+def test_an_own_model_and_dataset_reach_workers_leased_from_runs_in_other_directories(head, tmp_path):
+    """The issue's reproduction: warm actors of the same shape, started by a run from another directory, then a
+    run of the user's model and loader from the directory that holds their module. Without shipping
+    (``ray.ship_code: never``) the leased workers cannot import it: one line, exit 2, naming the field; with the
+    default they can, and a second identical run leases the same actors."""
+    elsewhere, mine = tmp_path / "elsewhere", tmp_path / "mine"
+    elsewhere.mkdir(), mine.mkdir()
+    warm = privsilo("run", str(_scenario_file(elsewhere, "warm")), "--address", head, "--no-progress",
+                    "--out", str(elsewhere / "out"), cwd=elsewhere)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    (mine / "mymodel.py").write_text(OWN_CODE)
+    own = {"model": {"name": "mymodel:build", "kwargs": {"hidden": 8}}, "data": {"dataset": "mymodel:load", "partition": "iid", "silos": 3}}
+    unshipped = _scenario_file(mine, "unshipped", **own, ray={"ship_code": "never"})
+    refused = privsilo("run", str(unshipped), "--address", head, "--no-progress", "--out", str(mine / "refused"), cwd=mine)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("privsilo: error: model.name: got 'mymodel:build'; fails in a worker") and "ray.ship_code" in line
+    scenario = _scenario_file(mine, "own", **own)
+    ran = privsilo("run", str(scenario), "--address", head, "--no-progress", "--out", str(mine / "out"), cwd=mine)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    summary = json.loads((mine / "out" / "summary.json").read_text())
+    assert summary["config"]["model"]["name"] == "mymodel:build" and 0 <= summary["final"]["accuracy"] <= 1
+    leased = pool_names(head, mine)
+    again = privsilo("run", str(scenario), "--address", head, "--no-progress", "--out", str(mine / "again"), cwd=mine)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert pool_names(head, mine) == leased  # the same code: the warm actors were leased again
+
+
+def test_idle_actors_give_up_the_gpu_share_a_run_of_another_shape_needs(head, tmp_path):
+    """Two silo workers with half the head's one GPU each go idle; a run whose three workers need 0.3 GPU each
+    gets the GPU, and a second identical run leases the same actors."""
+    def gpu_run(name: str, share: float, silos: int) -> list[str]:
+        path = _scenario_file(tmp_path, name, data={"dataset": "digits", "partition": "iid", "silos": silos},
+                              resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": share},
+                                         "silos_per_actor": 1})
+        proc = privsilo("run", str(path), "--address", head, "--no-progress", "--out", str(tmp_path / name), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return pool_names(head, tmp_path, actor="SiloWorker")
+
+    halves = gpu_run("halves", 0.5, 2)
+    thirds = gpu_run("thirds", 0.3, 3)
+    assert not set(halves) & set(thirds)
+    assert gpu_run("thirds_again", 0.3, 3) == thirds
