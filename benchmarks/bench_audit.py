@@ -55,7 +55,7 @@ def one_setting(name: str, repeats: int) -> dict[str, object]:
         report = audit(scenario, overrides=overrides)
         audit_seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
-        plain = run(scenario, overrides=[o for o in overrides if not o.startswith("audit.")])
+        plain = run(scenario, overrides=[o for o in overrides if not o.startswith("audit.")] + ["audit=null"])
         plain_seconds.append(time.perf_counter() - started)
     summary = report.to_json()
     return {

@@ -1,8 +1,8 @@
 """Record-level RDP accounting of the events reported by silos (Mironov 2017; Mironov, Talwar, Zhang 2019).
 
-Each silo's :class:`PoissonGaussianEvent` s are composed by adding their Renyi-DP curves of the Sampled Gaussian
-Mechanism (:func:`mechanisms.rdp.poisson_gaussian_rdp`: exact at integer orders, checked at fractional ones) and
-converted to ``(epsilon, delta)`` by :func:`mechanisms.rdp.epsilon_from_rdp` (Balle et al. 2020, Thm. 21, as
+Each silo's [`PoissonGaussianEvent`][mechanisms.events.PoissonGaussianEvent]s are composed by adding their Renyi-DP curves of the Sampled Gaussian
+Mechanism ([`mechanisms.rdp.poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp]: exact at integer orders, checked at fractional ones) and
+converted to ``(epsilon, delta)`` by [`mechanisms.rdp.epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp] (Balle et al. 2020, Thm. 21, as
 Opacus' ``get_privacy_spent``; a curve no correct evaluation gives is an error), over the same orders as Opacus'
 ``RDPAccountant`` (the tests check both against Opacus, Google's dp_accounting and a 50-digit evaluation). RDP composes additively and ``k`` steps of one ``(q, sigma)`` cost ``k`` times one
 step, so the accountant computes the one-step curve once per distinct ``(q, sigma)`` and keeps a running RDP
@@ -15,7 +15,7 @@ each silo's composed epsilon. A silo that did not take part in a round reports n
 account the realised participation and claim **no** amplification from the server's sampling of silos.
 
 ``accountant="pld"`` (``mechanism.accountant: pld``) also evaluates each silo's merged history with the privacy
-loss distribution of :mod:`mechanisms.pld`, a tighter upper bound, and reports it as ``epsilon`` beside the RDP
+loss distribution of [`mechanisms.pld`][mechanisms.pld], a tighter upper bound, and reports it as ``epsilon`` beside the RDP
 figure (``epsilon_rdp``, ``epsilon_pld`` and their per-silo tables); with ``rdp`` (the default) the report is
 RDP's alone, as it always was.
 """
@@ -69,8 +69,8 @@ def _finite_or_none(value: float) -> float | None:
 class RdpAccountant(PrivacyAccountant):
     """Per-silo RDP composition of Poisson-subsampled Gaussian events; epsilon = max over silos.
 
-    ``delta`` is the target of :meth:`report`; :meth:`epsilon` and friends take any delta (and are RDP's). Silos
-    made known by :meth:`enrol` (the federation's silos, at start-up) are reported with epsilon 0 until they record
+    ``delta`` is the target of [`report`][mechanisms.accounting.RdpAccountant.report]; [`epsilon`][mechanisms.accounting.RdpAccountant.epsilon] and friends take any delta (and are RDP's). Silos
+    made known by [`enrol`][mechanisms.accounting.RdpAccountant.enrol] (the federation's silos, at start-up) are reported with epsilon 0 until they record
     an event. ``accountant="pld"`` adds the PLD figures to the report (see the module docstring).
     """
 
@@ -138,7 +138,7 @@ class RdpAccountant(PrivacyAccountant):
         return max(self.epsilon_per_silo(delta).values(), default=0.0)
 
     def best_order(self, delta: float) -> float:
-        """RDP order attaining :meth:`epsilon` (for the silo with the largest epsilon); nan if none applies."""
+        """RDP order attaining [`epsilon`][mechanisms.accounting.RdpAccountant.epsilon] (for the silo with the largest epsilon); nan if none applies."""
         return self._worst(delta)[1]
 
     def _worst(self, delta: float) -> tuple[dict[int, float], float]:
@@ -150,7 +150,7 @@ class RdpAccountant(PrivacyAccountant):
         return per_silo, self._silo_epsilon_and_order(worst, delta)[1]
 
     def pld_epsilon_per_silo(self, delta: float) -> dict[int, float]:
-        """Each silo's epsilon at ``delta`` from the PLD of its merged history (:func:`mechanisms.pld.pld_epsilon`)."""
+        """Each silo's epsilon at ``delta`` from the PLD of its merged history ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon])."""
         _validate_delta(delta)
         return {silo: pld_epsilon(tuple(history), delta) for silo, history in sorted(self._history.items())}
 

@@ -97,7 +97,7 @@ class MechanismParams(BaseModel):
 @dataclass(frozen=True)
 class LocalTraining:
     """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau,
-    FedProx's mu: see :mod:`mechanisms.proximal`)."""
+    FedProx's mu: see ``mechanisms.proximal``)."""
 
     local_steps: int
     batch_size: int
@@ -331,7 +331,7 @@ def prediction_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
 
 
 def load_vector_into_model(model: torch.nn.Module, vector: np.ndarray) -> None:
-    """Copy a flat vector produced by :func:`model_to_vector` back into ``model``'s parameters."""
+    """Copy a flat vector produced by ``model_to_vector`` back into ``model``'s parameters."""
     import torch
 
     first = next(model.parameters(), None)

@@ -1,4 +1,4 @@
-"""Gradient canaries of a privacy audit, as a silo-side mechanism sees them (see :mod:`simulator.audit`).
+"""Gradient canaries of a privacy audit, as a silo-side mechanism sees them (see ``simulator.audit``).
 
 A white-box ("Dirac") canary is a unit whose contribution is a fixed, public, random unit direction ``u_i`` in
 parameter space, scaled to the mechanism's sensitivity: a canary *record* of DP-SGD is a record whose clipped

@@ -10,7 +10,7 @@ simulator (``simulator.engine.run`` and ``Federation``, ``simulator.attacks.runn
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from simulator.engine import Federation
 from simulator.engine import run as run_scenario
@@ -34,6 +34,7 @@ def run(
     out_dir: str | Path | None = None,
     address: str | None = None,
     progress: bool = False,
+    log: Sequence[str] = (),
 ) -> RunResult:
     """Run ``scenario`` (a YAML path, a mapping or a ``Scenario``) with your own ``model`` and ``dataset``.
 
@@ -42,7 +43,9 @@ def run(
     module-level function, or a function defined in your script). ``dataset``: a loader (called with
     ``dataset_kwargs`` and, if it asks, ``seed``), or what a loader returns, ``((x_train, y_train), (x_test,
     y_test))`` with integer class labels. Either may be omitted (the scenario's own is used). Checked like a
-    scenario: problems raise :class:`~simulator.errors.ScenarioError` naming ``model.name`` or ``data.dataset``.
+    scenario: problems raise [`ScenarioError`][simulator.errors.ScenarioError] naming ``model.name`` or
+    ``data.dataset``. ``log``: trackers that also receive the metrics, as ``privsilo run --log`` (``"tensorboard"``,
+    written under ``out_dir``). Returns the run's [`RunResult`][simulator.results.RunResult].
     """
     raw = scenario.explicit_dict() if isinstance(scenario, Scenario) else (
         load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario))
@@ -54,7 +57,7 @@ def run(
     if address:
         raw["ray"] = {**raw.get("ray", {}), "address": address}
     validated = validate_scenario(raw, model=model, dataset=dataset)
-    return run_scenario(validated, out_dir=out_dir, progress=progress)
+    return run_scenario(validated, out_dir=out_dir, progress=progress, log=log)
 
 
 def _label(source: Any, kind: str) -> str:

@@ -343,6 +343,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_list(_: argparse.Namespace) -> int:
     from mechanisms.registry import MECHANISM_NAMES
+    from mechanisms.server_optimizers import SERVER_OPTIMIZERS
     from simulator.data import DATASETS
     from simulator.data.partition import PARTITIONS
     from simulator.models import MODELS
@@ -360,7 +361,12 @@ def _cmd_list(_: argparse.Namespace) -> int:
     print("partitions: " + ", ".join(PARTITIONS))
     print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true; dropout recovery; "
           "protocol.neighbours: all | auto | K for SecAgg+)")
+    print("server optimizers: " + ", ".join(SERVER_OPTIMIZERS) + " (federation.server_optimizer: NAME or {name: NAME, ...}; "
+          "FedProx: federation.proximal_mu)")
     print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")
+    print("audits: canaries of a record, user or client (privsilo audit; the scenario's audit: block)")
+    print("faults: crashes at listed rounds and points, or silo_failure_rate (the scenario's faults: block); "
+          "checkpoints for --resume (checkpoint.every)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The round loop: builds the federation of Ray actors for a scenario, runs it and collects the results.
 
-``run(scenario)`` is the Python form of ``privsilo run``: it returns a :class:`RunResult` and, given
-``out_dir``, writes the run's files there atomically (see :mod:`simulator.reports`).
+``run(scenario)`` is the Python form of ``privsilo run``: it returns a [`RunResult`][simulator.engine.RunResult] and, given
+``out_dir``, writes the run's files there atomically (see ``simulator.reports``).
 """
 from __future__ import annotations
 
@@ -68,19 +68,22 @@ def run(
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
     empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
     (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see :mod:`simulator.invocation`).
+    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see :mod:`simulator.checkpoint`). Both directories are locked for the run
-    (:mod:`simulator.run_lock`), and the run finishes in one step (:mod:`simulator.run_directory`).
-    ``canaries``: an audit's canaries by host silo (see :mod:`simulator.audit`); ``on_round``: called with the
+    interrupted (see ``simulator.checkpoint``). Both directories are locked for the run
+    (``simulator.run_lock``), and the run finishes in one step (``simulator.run_directory``).
+    ``canaries``: an audit's canaries by host silo (see ``simulator.audit``); ``on_round``: called with the
     federation after each round (an audit reading what the server received, ``server_inbox()``)."""
     from simulator.invocation import invocation as api_invocation
     from simulator.tracking import TENSORBOARD_DIR, check_trackers
 
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
+    if scenario.audit is not None and canaries is None:
+        raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
+                            "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
     if address:
         scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
@@ -109,7 +112,7 @@ def run(
 class LiveOutput:
     """What a run writes while it runs, besides checkpoints: once its federation is ready, a fresh run empties its
     output directory ``fresh``; then each round's metrics go to the trackers in ``log`` (into ``tracking_dir``)
-    as the round ends. ``resume_with`` goes into every checkpoint's header (:func:`write_checkpoint`)."""
+    as the round ends. ``resume_with`` goes into every checkpoint's header (``write_checkpoint``)."""
 
     def __init__(self, *, fresh: Path | None = None, log: Sequence[str] = (), tracking_dir: str | Path | None = None,
                  resume_with: Mapping[str, Any] | None = None) -> None:
@@ -138,7 +141,7 @@ class LiveOutput:
 
 
 def _reports_module() -> None:
-    """Import :mod:`simulator.reports` (and so matplotlib)."""
+    """Import ``simulator.reports`` (and so matplotlib)."""
     from simulator import reports  # noqa: F401
 
 
@@ -203,7 +206,7 @@ class Federation:
         canaries: Mapping[int, SiloCanaries] | None = None,
     ) -> None:
         """``snapshots``: the silos keep snapshots in a vault (always with injected crashes; needed for
-        checkpoints); ``resume_from``: a checkpoint (:mod:`simulator.checkpoint`) whose state the federation
+        checkpoints); ``resume_from``: a checkpoint (``simulator.checkpoint``) whose state the federation
         takes instead of running the protocol set-up; ``canaries``: an audit's canaries by host silo."""
         self.scenario = resolve_scenario(scenario)
         self.resume_from = resume_from
@@ -320,7 +323,7 @@ class Federation:
 
     def recover(self, crashed_workers: Sequence[int]) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
-        again and replaces each by its latest snapshot (see :mod:`simulator.snapshots`)."""
+        again and replaces each by its latest snapshot (see ``simulator.snapshots``)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
             raise PrivsiloError(
                 f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
@@ -336,7 +339,7 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the run's pool (:func:`simulator.detached_pool.pool_for`), handed back when the federation
+        """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
         pool = pool_for(self.scenario.ray)
@@ -365,11 +368,11 @@ class Federation:
 
     def watch_inputs(self, silo_ids: Sequence[int]) -> None:
         """Measurement only, for attack reports (never the server): the named silos note which of their records
-        local training feeds to the model from now on (see :meth:`watched_records`)."""
+        local training feeds to the model from now on (see [`watched_records`][simulator.engine.Federation.watched_records])."""
         ray.get([self.workers[w].watch_inputs.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
 
     def watched_records(self, silo_ids: Sequence[int]) -> dict[int, list[np.ndarray]]:
-        """Per named silo, the record ids its local training fed to the model since :meth:`watch_inputs`."""
+        """Per named silo, the record ids its local training fed to the model since [`watch_inputs`][simulator.engine.Federation.watch_inputs]."""
         replies = ray.get([self.workers[w].watched_records.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
         return {silo: records for reply in replies for silo, records in reply.items()}
 
@@ -405,7 +408,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
          import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None,
          on_round: Callable[[Federation], None] | None = None, output: LiveOutput | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
-    the run continues from the checkpoint there (see :mod:`simulator.checkpoint`). ``import_reports``: import
+    the run continues from the checkpoint there (see ``simulator.checkpoint``). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
     rounds (during the start-up it would slow the driver's own work). ``output``: what the run writes as it goes."""
     checkpoint = None

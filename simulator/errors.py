@@ -2,24 +2,46 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 
 class PrivsiloError(Exception):
     """Base class of every error privsilo reports to the user without a traceback."""
 
 
+class _Missing:
+    """The value of a required key the scenario leaves out."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+MISSING = _Missing()
+
+
+def yaml_words(value: Any) -> str:
+    """``value`` as a scenario file writes it: ``true``, ``false``, ``null``, ``{key: value}``; strings quoted."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key}: {yaml_words(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_words(item) for item in value) + "]"
+    return repr(value)
+
+
 class ScenarioError(PrivsiloError):
     """A scenario field holds a value that is not allowed.
 
-    The message names the field (dotted path), the offending value and what is allowed.
+    The message names the field (dotted path, list items as ``[i]``), the offending value in the scenario file's
+    words (``true``, ``null``) and what is allowed.
     """
 
     def __init__(self, field: str, value: Any, allowed: str) -> None:
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}: got {value!r}; {allowed}")
+        super().__init__(f"{field}: got {yaml_words(value)}; {allowed}")
 
 
 class DataUnavailableError(PrivsiloError):

@@ -36,6 +36,9 @@ def model_problem(model: torch.nn.Module, *, feature_shape: tuple[int, ...], ind
             first, again, other = model(batch), model(batch), model(changed)
     finally:
         model.train(was_training)
+    if not (torch.isfinite(first).all() and torch.isfinite(other).all()):
+        return ("gives NaN or infinite outputs for random inputs in training mode (e.g. a log or division of values that "
+                "can be zero or negative); make its forward pass finite")
     if not torch.equal(first, again):
         return ("gives different outputs for the same inputs in training mode (it draws from torch's global generator, "
                 "e.g. dropout), so a seed would not repeat a run; remove the randomness")

@@ -154,6 +154,9 @@ def _user_model(name: str, *, factory: Callable[..., Any] | None, kwargs: dict[s
     from simulator.user_code import UserCodeError, call_with, resolve
 
     function = factory if factory is not None else resolve("model", name)
+    if isinstance(function, nn.Module):
+        raise UserCodeError(f"model {name!r} is a {type(function).__name__} object: pass a factory, not a module, a function "
+                            "that returns a new torch.nn.Module (e.g. lambda: the module's constructor), so every silo builds its own")
     try:
         model = call_with(function, kwargs, feature_shape=tuple(feature_shape), num_classes=num_classes)
     except Exception as exc:

@@ -1,5 +1,5 @@
-"""What a run produced (:class:`RunResult`, one :class:`RoundRecord` per round): built by the engine, written by
-:mod:`simulator.reports` and :mod:`simulator.personalisation.outputs`."""
+"""What a run produced ([`RunResult`][simulator.results.RunResult], one [`RoundRecord`][simulator.results.RoundRecord] per round): built by the engine, written by
+``simulator.reports`` and ``simulator.personalisation.outputs``."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -3,8 +3,8 @@
 A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
 ``mechanism``, ``protocol``, ``resources``, ``ray`` and, for gradient-inversion attacks, ``attack`` (every key is
 documented in the scenario reference of the documentation). Validation
-turns every problem into one :class:`~simulator.errors.ScenarioError` naming the field, the value and what is
-allowed; a file that cannot be read as a YAML mapping is one :class:`~simulator.errors.ScenarioFileError` naming
+turns every problem into one [`ScenarioError`][simulator.errors.ScenarioError] naming the field, the value and what is
+allowed; a file that cannot be read as a YAML mapping is one [`ScenarioFileError`][simulator.errors.ScenarioFileError] naming
 the file (and the line and column of a YAML syntax error). Scripts rely on these key names: extend the schema,
 never rename a key. This module loads neither torch nor Ray (``privsilo validate`` uses it).
 """
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, 
 from mechanisms.base import FederationShape, MechanismParams
 from mechanisms.registry import MECHANISM_NAMES, mechanism_class
 from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
-from simulator.errors import ScenarioError, ScenarioFileError
+from simulator.errors import MISSING, ScenarioError, ScenarioFileError
 
 if TYPE_CHECKING:
     from simulator.data import DatasetInfo
@@ -31,6 +31,11 @@ class _Block(BaseModel):
     """A block of the scenario; the docstring under each field is its description in the scenario reference."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
+
+
+def _name_alone(data: Any) -> Any:
+    """A block chosen by its ``name`` may be written as the name alone: ``model: cnn`` is ``model: {name: cnn}``."""
+    return {"name": data} if isinstance(data, str) else data
 
 
 class UsersConfig(_Block):
@@ -96,6 +101,11 @@ class ModelConfig(_Block):
     """Keyword arguments passed to your own model's factory (built-in models take none)."""
     _factory: Any = PrivateAttr(default=None)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return _name_alone(data)
+
     @property
     def factory(self) -> Any:
         """The model factory object ``privsilo.run(model=...)`` attached (None for names and import strings)."""
@@ -137,6 +147,7 @@ class ServerOptimizerConfig(_Block):
     @classmethod
     def _settings_of_the_named_optimizer(cls, data: Any) -> Any:
         """Fill in the defaults of the keys the named optimiser uses; refuse a key it does not use."""
+        data = _name_alone(data)
         if not isinstance(data, dict) or data.get("name") not in SERVER_OPTIMIZERS:
             return data
         name = data["name"]
@@ -248,7 +259,7 @@ class RayConfig(_Block):
 
 class AttackConfig(_Block):
     """``attack``: a gradient-inversion attack by the honest-but-curious server on one round's uploads
-    (``privsilo attack``, and sweeps whose scenarios carry the block); see :mod:`simulator.attacks`."""
+    (``privsilo attack``, and sweeps whose scenarios carry the block); see ``simulator.attacks``."""
 
     method: Literal["dlg", "idlg"] = "dlg"
     """`dlg` (Zhu et al. 2019) or `idlg` (Zhao et al. 2020; one record: batch size 1). Attackable mechanisms: `none`, `dp_sgd`, `rpdp` and `dprivacy`; `uldp` and `pldp` exit 2."""
@@ -566,8 +577,9 @@ def _with_attack_batch(scenario: Scenario) -> Scenario:
 
 
 def _validate_mechanism(raw: Any) -> MechanismConfig:
+    raw = _name_alone(raw)
     if not isinstance(raw, dict):
-        raise ScenarioError("mechanism", raw, "must be a mapping with at least a 'name' key")
+        raise ScenarioError("mechanism", raw, "must be a mechanism's name or a mapping with at least a 'name' key")
     params = dict(raw)
     name = params.pop("name", "none")
     if name not in MECHANISM_NAMES:
@@ -592,6 +604,12 @@ def _check_consistency(scenario: Scenario) -> None:
         raise ScenarioError("data.partition", "natural", f"dataset '{data.dataset}' has no natural silos; use iid, shards or dirichlet")
     if data.partition == "natural" and info.natural_silos is not None and data.silos != info.natural_silos:
         raise ScenarioError("data.silos", data.silos, f"the natural partition of '{data.dataset}' has exactly {info.natural_silos} silos")
+    if data.users is None and data.partition != "natural" and info.train_records is not None:
+        needed = data.silos * (data.shards_per_silo if data.partition == "shards" else 1)
+        if info.train_records < needed:
+            per = f"{data.shards_per_silo} shards of at least one record" if data.partition == "shards" else "at least one record"
+            raise ScenarioError("data.silos", data.silos, f"dataset '{data.dataset}' has {info.train_records} training records; "
+                                f"partition '{data.partition}' gives every silo {per}, so at most {info.train_records // (needed // data.silos)} silos")
     if data.path is not None and not Path(data.path).expanduser().is_dir():
         raise ScenarioError("data.path", data.path, "must be an existing directory holding the dataset's files")
     num_parameters = _check_model(scenario, info)
@@ -740,10 +758,21 @@ def _check_task(scenario: Scenario, *, kind: str) -> None:
         raise ScenarioError("data.rotations", angles, "rotations group silos, data.users groups records across silos: use one of them")
 
 
+# Keys of ``protocol`` that only secure aggregation reads: set to anything but their default without it, they would
+# do nothing, so they are refused (as a mechanism's inert settings are).
+SECURE_AGGREGATION_KEYS = ("threshold", "neighbours", "corrupt_fraction", "dropout_rate")
+
+
 def _check_protocol(scenario: Scenario) -> None:
     """``protocol.min_participants``, the graph and the threshold against secure aggregation and the number of
     silos."""
     protocol, silos = scenario.protocol, scenario.data.silos
+    if not protocol.secure_aggregation:
+        for key in SECURE_AGGREGATION_KEYS:
+            value = getattr(protocol, key)
+            if value != ProtocolConfig.model_fields[key].get_default():
+                raise ScenarioError(f"protocol.{key}", value, "does nothing without secure aggregation (protocol.secure_aggregation "
+                                    "is false); remove it or set protocol.secure_aggregation: true")
     if protocol.secure_aggregation and protocol.min_participants < 2:
         raise ScenarioError(
             "protocol.min_participants", protocol.min_participants,
@@ -829,17 +858,34 @@ def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:
+    """Pydantic's first error in the scenario's words: the field as ``a.b[0].c``, never a class name."""
     err = exc.errors()[0]
-    loc = prefix + tuple(str(part) for part in err["loc"])
-    field = ".".join(loc)
+    keys = tuple(str(part) for part in err["loc"] if not isinstance(part, int))  # the path of blocks, list items skipped
+    field = _field_path(prefix + tuple(err["loc"]))
     if err["type"] == "extra_forbidden":
-        allowed = _allowed_keys(model, tuple(str(p) for p in err["loc"][:-1]))
+        allowed = _allowed_keys(model, keys[:-1])
         return ScenarioError(field, err["input"], f"unknown key; allowed keys here: {', '.join(allowed) or 'none'}")
     if err["type"] == "value_error":
-        return _validator_error(field, err["input"], str(err["ctx"]["error"]), keys=_allowed_keys(model, tuple(str(p) for p in err["loc"])))
+        return _validator_error(field, err["input"], str(err["ctx"]["error"]), keys=_allowed_keys(model, keys))
+    if err["type"] == "missing":
+        return ScenarioError(field, MISSING, "this key is required")
+    if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        block = _allowed_keys(model, keys)
+        allowed = f"must be a mapping of the keys {', '.join(block)}" if block else "must be a mapping"
+        if isinstance(err["input"], bool):
+            allowed += " (YAML reads yes, no, on and off as true and false)"
+        return ScenarioError(field, err["input"], allowed)
     message = err["msg"]
     message = message[0].lower() + message[1:] if message else message
     return ScenarioError(field, err["input"], message)
+
+
+def _field_path(loc: Sequence[str | int]) -> str:
+    """``("faults", "crashes", 0, "round")`` -> ``faults.crashes[0].round``, the one syntax every message uses."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f"{'.' if path else ''}{part}"
+    return path
 
 
 def _validator_error(field: str, value: Any, message: str, *, keys: Sequence[str] = ()) -> ScenarioError:

@@ -75,7 +75,8 @@ def _import(name: str) -> Any:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:
         raise UserCodeError(f"cannot import module {module_name!r} (from the current directory {os.getcwd()} or the "
-                            f"installed packages): {type(exc).__name__}: {exc}") from None
+                            f"installed packages; not from the scenario file's directory: run privsilo from the directory "
+                            f"that holds {module_name.split('.')[0]!r}): {type(exc).__name__}: {exc}") from None
     for attribute in attributes.split("."):
         if not hasattr(target, attribute):
             raise UserCodeError(f"module {module_name!r} has no attribute {attributes!r}")

@@ -1,9 +1,14 @@
 """The documentation: the scenario reference is generated from the models and covers every key with a description,
-and the site builds with MkDocs in strict mode (a broken link, a missing page or a stale API reference fails)."""
+the site builds with MkDocs in strict mode (a broken link, a missing page or a stale API reference fails), every
+page is in the nav, no Sphinx role is printed literally, and the search index is built."""
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+
+import yaml
 
 from simulator.scenario import validate_scenario
 from simulator.scenario_reference import scenario_reference_markdown, undocumented_keys
@@ -44,12 +49,47 @@ def test_the_reference_lists_every_key_of_a_resolved_scenario() -> None:
         assert f"| `{key}` |" in reference, key
 
 
+# A Sphinx role (":class:`X`") that mkdocstrings would print literally; its cross-references are "[X][path]".
+SPHINX_ROLE = re.compile(r":(class|func|meth|mod|attr|data|exc|obj|ref):`")
+
+
 def test_docs_build_strictly(tmp_path) -> None:
+    """One build checks the site: strict (every link and anchor resolves), the generated pages filled in, no
+    literal Sphinx role anywhere, the API reference holding the entry points, and a non-empty search index."""
+    site = tmp_path / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert (tmp_path / "site" / "reference" / "scenario" / "index.html").is_file()
-    page = (tmp_path / "site" / "reference" / "scenario" / "index.html").read_text()
+    assert (site / "reference" / "scenario" / "index.html").is_file()
+    page = (site / "reference" / "scenario" / "index.html").read_text()
     assert "mechanism.group_rounding" in page and "<!-- scenario-reference -->" not in page
+    literal = {str(path.relative_to(site)): SPHINX_ROLE.findall(path.read_text()) for path in site.rglob("*.html")}
+    assert {path: roles for path, roles in literal.items() if roles} == {}
+    api = (site / "reference" / "api" / "index.html").read_text()
+    for identifier in ("privsilo.run", "simulator.results.RunResult", "simulator.scenario.Scenario",
+                       "simulator.scenario.FaultsConfig", "simulator.scenario.ServerOptimizerConfig",
+                       "mechanisms.base.Mechanism", "mechanisms.base.PrivacyAccountant", "simulator.errors.ScenarioError"):
+        assert f'id="{identifier}"' in api, identifier
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    locations = {entry["location"].split("#")[0] for entry in index["docs"]}
+    assert {"", "your-own-work/", "reference/api/", "failures/"} <= locations
+    assert any("privsilo.run" in entry["text"] or "privsilo.run" in entry["title"] for entry in index["docs"])
+
+
+def test_every_page_is_in_the_nav() -> None:
+    """A page left out of the nav builds but cannot be reached from the site's menu."""
+    loader = type("Loader", (yaml.SafeLoader,), {})
+    loader.add_constructor("!ENV", lambda load, node: None)  # mkdocs.yml's environment variables: not needed here
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=loader)  # noqa: S506 (a SafeLoader)
+
+    def pages(items) -> set[str]:
+        found = set()
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            found |= pages(value) if isinstance(value, list) else {value}
+        return found
+
+    on_disk = {str(path.relative_to(REPO / "docs")) for path in (REPO / "docs").rglob("*.md")}
+    assert on_disk == pages(config["nav"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -39,6 +40,15 @@ def test_quickstart_through_the_cli(ray_local, tmp_path):
     rows = _metrics_without_wall_clock(out / "metrics.csv")
     assert [int(r["round"]) for r in rows] == list(range(1, 11))
     assert rows[-1]["participants"] == "0;1;2;3;4"
+    # the figures the scenario's comment, the README and Getting started state are this run's
+    comment = " ".join(line.lstrip("# ") for line in (REPO / "scenarios" / "quickstart.yaml").read_text().splitlines() if line.startswith("#"))
+    stated = re.search(r"accuracy ([\d.]+) after round 1 rising to ([\d.]+) after round 10 \(test loss ([\d.]+) to ([\d.]+)\)", comment)
+    assert stated, comment
+    run_figures = (f"{float(rows[0]['accuracy']):.3f}", f"{float(rows[-1]['accuracy']):.3f}",
+                   f"{float(rows[0]['loss']):.2f}", f"{float(rows[-1]['loss']):.2f}")
+    assert stated.groups() == run_figures
+    for page in ("README.md", "docs/getting-started.md", "docs/scenarios.md"):
+        assert f"accuracy {run_figures[1]}" in (REPO / page).read_text(), page
     state = torch.load(out / "model.pt")
     digits = load_dataset("digits")
     reference = build_model("logistic_regression", feature_shape=digits.feature_shape, num_classes=10).state_dict()

@@ -185,8 +185,8 @@ def test_random_failures_run_to_the_end(ray_local):
     [
         ({"crashes": [{"silo": 4, "round": 1, "at": "setup"}]}, "faults.crashes[0].silo"),
         ({"crashes": [{"silo": 0, "round": 4, "at": "setup"}]}, "faults.crashes[0].round"),
-        ({"crashes": [{"silo": 0, "round": 0, "at": "setup"}]}, "faults.crashes.0.round"),
-        ({"crashes": [{"silo": 0, "round": 1, "at": "later"}]}, "faults.crashes.0.at"),
+        ({"crashes": [{"silo": 0, "round": 0, "at": "setup"}]}, "faults.crashes[0].round"),
+        ({"crashes": [{"silo": 0, "round": 1, "at": "later"}]}, "faults.crashes[0].at"),
         ({"crashes": [{"silo": 0, "round": 1, "at": "setup"}, {"silo": 0, "round": 1, "at": "after_upload"}]}, "faults.crashes[1]"),
         ({"silo_failure_rate": 1.0}, "faults.silo_failure_rate"),
         ({"silo_failure_rate": -0.1}, "faults.silo_failure_rate"),

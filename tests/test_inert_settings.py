@@ -1,7 +1,10 @@
-"""Mechanism parameters that do nothing in the chosen variant are refused when set explicitly (exit 2, one line
-naming the field and why), never because of a default; the shipped uldp scenarios and grids carry none."""
+"""Settings that do nothing are refused when set explicitly (exit 2, one line naming the field and why), never
+because of a default: mechanism parameters of another variant (the shipped uldp scenarios and grids carry none),
+secure aggregation's keys without secure aggregation, an audit block in a plain run; and too few records for the
+silos is refused when the scenario is validated, not when the run partitions them."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 
@@ -63,3 +66,40 @@ def test_every_cell_of_the_shipped_uldp_grids_validates(name):
     for labels in grid.combinations():
         params = grid.scenario(labels, grid.seeds[0]).mechanism.params
         assert (params.group_k is not None) == (params.variant == "group")
+
+
+@pytest.mark.parametrize(("key", "value"), [("neighbours", 2), ("neighbours", "auto"), ("threshold", 2),
+                                            ("corrupt_fraction", 0.2), ("dropout_rate", 0.3)])
+def test_a_secure_aggregation_key_without_secure_aggregation_is_refused(key, value):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(protocol={"secure_aggregation": False, key: value}))
+    assert info.value.field == f"protocol.{key}" and "does nothing without secure aggregation" in info.value.allowed
+    assert validate_scenario(small_scenario(protocol={"secure_aggregation": True, key: value})).protocol.secure_aggregation
+
+
+def test_secure_aggregation_keys_at_their_defaults_are_accepted_without_it():
+    """A resolved scenario (summary.json's config, a sweep's journal) writes them out at their defaults."""
+    plain = validate_scenario(small_scenario(protocol={"secure_aggregation": False, "neighbours": "all", "threshold": None}))
+    assert validate_scenario(plain.to_dict()) == plain
+
+
+def test_an_audit_block_in_a_plain_run_is_refused_before_ray_starts(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(audit={"canaries": 10})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("privsilo: error: audit: got {") and "privsilo audit" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_too_few_records_for_the_silos_is_refused_when_validated():
+    def four_records():
+        x = np.zeros((4, 3), dtype=np.float32)
+        return (x, np.array([0, 1, 0, 1])), (x, np.array([0, 1, 0, 1]))
+
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(data={"dataset": "digits", "silos": 5}), dataset=four_records)
+    assert info.value.field == "data.silos" and "4 training records" in info.value.allowed and "at most 4 silos" in info.value.allowed
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(small_scenario(data={"dataset": "digits", "silos": 3, "partition": "shards"}), dataset=four_records)
+    assert "2 shards" in info.value.allowed and "at most 2 silos" in info.value.allowed

@@ -35,7 +35,7 @@ def test_mechanism_params_are_validated_and_resolved():
         ({"federation": {"rounds": 3, "epochs": 2}}, "federation.epochs", "2"),
         ({"colour": "blue"}, "colour", "'blue'"),
         ({"data": {"dataset": "cifar", "silos": 3}}, "data.dataset", "'cifar'"),
-        ({"data": {"dataset": "digits", "partition": "dirichlet", "silos": 3}}, "data.alpha", "None"),
+        ({"data": {"dataset": "digits", "partition": "dirichlet", "silos": 3}}, "data.alpha", "null"),
         ({"data": {"dataset": "digits", "silos": 3, "path": "/no/such/dir"}}, "data.path", "'/no/such/dir'"),
         ({"model": {"name": "cnn"}, "data": {"dataset": "breast_cancer", "silos": 3}}, "model.name", "'cnn'"),
         ({"mechanism": {"name": "dp_sgd", "noise_multiplier": -1}}, "mechanism.noise_multiplier", "-1"),

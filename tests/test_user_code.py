@@ -21,6 +21,7 @@ from simulator.cli import main
 from examples.wine_csv.data import load_wine_csv
 from examples.wine_csv.model import tabular_mlp
 from simulator.errors import ScenarioError
+from simulator.scenario import load_scenario_file, validate_scenario
 from tests.conftest import REPO
 from tests.test_cli import one_error_line, privsilo as privsilo_cli
 
@@ -212,3 +213,16 @@ def test_loader_shapes_are_checked() -> None:
 
 def test_the_example_reads_no_file_outside_the_repository() -> None:
     assert Path(sys.modules["examples.wine_csv.data"].CSV).resolve().is_relative_to(REPO)
+
+
+def test_the_uldp_example_of_the_docs_validates_on_the_wine_data():
+    """docs/your-own-work.md's ``uldp`` block, over the wine example's scenario, is a scenario privsilo accepts."""
+    import re
+
+    page = (REPO / "docs" / "your-own-work.md").read_text()
+    section = page.split("## User-level DP")[1].split("\n## ")[0]
+    block = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    raw = load_scenario_file(REPO / "examples" / "wine_csv" / "scenario.yaml")
+    raw = {**raw, **block, "data": {**raw["data"], **block["data"]}}
+    scenario = validate_scenario(raw)
+    assert scenario.mechanism.name == "uldp" and scenario.data.users.count == 40

@@ -3,7 +3,7 @@ User-Level Differential Privacy", VLDB 2024).
 
 * ``naive``, ``avg``, ``avg_w``, ``sgd`` (Theorems 1 and 3, Remark 1): every round is one Gaussian mechanism with
   user-level sensitivity ``C`` and noise ``sigma * C`` summed over silos; with user-level sub-sampling it is the
-  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from :func:`mechanisms.rdp.poisson_gaussian_rdp`,
+  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from [`mechanisms.rdp.poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp],
   composed over rounds.
 * ``group`` (Theorem 2): record-level DP-SGD in every silo; the federation's record-level RDP is the maximum
   over silos (a record lives in one silo), then Mironov's group privacy for RDP (Mironov 2017, Prop. 2): a
@@ -16,10 +16,10 @@ User-Level Differential Privacy", VLDB 2024).
   order grid, which includes base orders below ``2^(c+1)``): kept for comparison only, **not a guarantee**.
 * RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21, as Opacus' ``get_privacy_spent``):
   ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders, by
-  :func:`mechanisms.rdp.epsilon_from_rdp`, which refuses a curve with a NaN, a negative or a decreasing value.
+  [`mechanisms.rdp.epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp], which refuses a curve with a NaN, a negative or a decreasing value.
 * ``accountant="pld"`` (not for ``group``, whose group privacy is a statement about RDP curves): the user-level
   rounds are also evaluated with the privacy loss distribution of the Poisson-subsampled Gaussian
-  (:mod:`mechanisms.pld`), a tighter upper bound reported as ``epsilon`` beside the RDP figure.
+  ([`mechanisms.pld`][mechanisms.pld]), a tighter upper bound reported as ``epsilon`` beside the RDP figure.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def user_level_epsilon(
 
 def _schedule_epsilon(schedule: Schedule, delta: float, accountant: str) -> float:
     """Epsilon of user-level rounds composed as ``(user rate, sigma, rounds)`` entries, by RDP (the curves add
-    over entries, then Lemma 2) or by their PLD (:func:`mechanisms.pld.pld_epsilon`)."""
+    over entries, then Lemma 2) or by their PLD ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon])."""
     if accountant == "pld":
         return pld_epsilon(tuple(schedule), delta)
     if accountant != "rdp":
@@ -153,7 +153,7 @@ def epsilon(
     ``rdp``, or ``pld`` for every variant but ``group``).
 
     ``naive`` with ``naive_noise="paper"`` (the paper's sigma * C * sqrt|S| per silo against a per-silo
-    sensitivity of 2C) is accounted at sigma / 2 (see :func:`mechanisms.uldp.variants.naive_noise_multiplier`).
+    sensitivity of 2C) is accounted at sigma / 2 (see ``mechanisms.uldp.variants.naive_noise_multiplier``).
 
     ``group`` also needs ``group_k`` (records per user), ``sampling_rate`` (the record-level Poisson rate of
     DP-SGD; give the largest rate of any silo) and ``local_steps`` (DP-SGD steps per round); it has no user
@@ -181,9 +181,9 @@ def epsilon(
 class UldpAccountant(PrivacyAccountant):
     """User-level accountant of a ULDP-FL run, fed with the silos' round events.
 
-    :class:`UserLevelGaussianEvent`: every silo reports the same event for a round; the round is composed once
-    (a disagreement between silos is an error). :class:`GroupDpSgdEvent`: composed per silo, then
-    :func:`group_epsilon`. ``accountant="pld"`` (not with ``group``) reports the user-level rounds' PLD epsilon as
+    [`UserLevelGaussianEvent`][mechanisms.events.UserLevelGaussianEvent]: every silo reports the same event for a round; the round is composed once
+    (a disagreement between silos is an error). [`GroupDpSgdEvent`][mechanisms.events.GroupDpSgdEvent]: composed per silo, then
+    [`group_epsilon`][mechanisms.uldp.accountant.group_epsilon]. ``accountant="pld"`` (not with ``group``) reports the user-level rounds' PLD epsilon as
     ``epsilon`` beside RDP's (``epsilon_rdp``, ``epsilon_pld``).
     """
 

@@ -1,4 +1,4 @@
-"""Silo side of the private weighting protocol (see :mod:`protocols.private_weighting` for the protocol)."""
+"""Silo side of the private weighting protocol (see ``protocols.private_weighting`` for the protocol)."""
 from __future__ import annotations
 
 import enum

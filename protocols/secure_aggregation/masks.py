@@ -44,7 +44,7 @@ def mask_stream(pairwise_key: bytes, *, round_index: int, length: int) -> np.nda
 
 
 class MaskStreams:
-    """Writes :func:`mask_stream` words into a caller's ``uint64`` array, with one zero block (the cipher's input)
+    """Writes [`mask_stream`][protocols.secure_aggregation.masks.mask_stream] words into a caller's ``uint64`` array, with one zero block (the cipher's input)
     kept for every stream of one length: a silo masking for n peers expands n streams without allocating any."""
 
     def __init__(self, length: int) -> None:

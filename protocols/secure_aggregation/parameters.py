@@ -203,7 +203,7 @@ def auto_parameters(
 def check_settings(neighbours: Neighbours, threshold: int | None, server: str = "honest_but_curious") -> None:
     """Raise ``ValueError`` unless ``neighbours`` is ``"all"``, ``"auto"`` or an int >= 1, ``threshold`` is
     ``None`` or an int >= 2 (one share would be the secret), ``None`` with ``"auto"`` (which chooses it), and
-    ``server`` one of :data:`SERVER_MODELS`."""
+    ``server`` one of ``SERVER_MODELS``."""
     if not (neighbours in ("all", "auto") or (isinstance(neighbours, int) and not isinstance(neighbours, bool) and neighbours >= 1)):
         raise ValueError(f"neighbours must be 'all', 'auto' or an int >= 1, got {neighbours!r}")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2):
@@ -226,7 +226,7 @@ def round_parameters(
 ) -> RoundParameters:
     """Degree, threshold and share-set size for a round of ``n`` participants.
 
-    ``neighbours``: ``"all"`` (complete graph), ``"auto"`` (:func:`auto_parameters`; ``threshold`` must be
+    ``neighbours``: ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
     ``None``) or ``K >= 1`` (``H(n, K)``, complete once ``K >= n - 1``). ``threshold`` ``None`` is a majority of
     the share set. Raises ``ValueError`` for parameters no round of ``n`` can run safely: a threshold below 2 (one
     share would be the secret), above the share set (nothing could ever be recovered) or, when the server may
@@ -255,7 +255,7 @@ def round_parameters(
 
 @dataclass(frozen=True)
 class GraphSettings:
-    """One side's configuration of the graph and threshold; :meth:`for_round` resolves it for a round of ``n``
+    """One side's configuration of the graph and threshold; [`for_round`][protocols.secure_aggregation.parameters.GraphSettings.for_round] resolves it for a round of ``n``
     participants (both sides resolve it alike, and a silo refuses a round whose relayed threshold differs).
     ``federation``: the number of silos rounds are sampled from (``None``: every round holds all of them)."""
 
@@ -271,7 +271,7 @@ class GraphSettings:
         _check_fractions(self.corrupt_fraction, self.dropout_rate)
 
     def for_round(self, n: int) -> RoundParameters:
-        """:func:`round_parameters` for ``n`` participants (``ValueError`` if no safe parameters exist)."""
+        """``round_parameters`` for ``n`` participants (``ValueError`` if no safe parameters exist)."""
         return round_parameters(
             n, neighbours=self.neighbours, threshold=self.threshold, corrupt_fraction=self.corrupt_fraction,
             dropout_rate=self.dropout_rate, federation=self.federation, server=self.server,
@@ -300,7 +300,7 @@ def parameter_report(
     n: int, *, neighbours: Neighbours, threshold: int | None, corrupt_fraction: float, dropout_rate: float,
     federation: int | None = None, server: ServerModel = "honest_but_curious",
 ) -> dict[str, object]:
-    """:meth:`GraphSettings.report` for rounds of ``n`` participants out of ``federation`` silos."""
+    """``GraphSettings.report`` for rounds of ``n`` participants out of ``federation`` silos."""
     return GraphSettings(neighbours, threshold, corrupt_fraction, dropout_rate, federation, server).report(n)
 
 
@@ -316,7 +316,7 @@ def excess_dropouts(rounds: Iterable[tuple[int, int, int]], *, dropout_rate: flo
 def run_report(settings: GraphSettings, rounds: Iterable[tuple[int, int, int]]) -> dict[str, object]:
     """``summary.json``'s ``secure_aggregation``: the assumptions, the parameters and bounds of every round size
     that ran (with how many rounds had it), and the rounds ``(round_index, participants, dropped)`` that lost
-    more silos than assumed (:func:`excess_dropouts`)."""
+    more silos than assumed (``excess_dropouts``)."""
     rounds = list(rounds)
     sizes = Counter(n for _, n, _ in rounds if n)
     return {
@@ -330,7 +330,7 @@ def run_report(settings: GraphSettings, rounds: Iterable[tuple[int, int, int]]) 
 
 
 def excess_warning(excess: list[dict[str, int]], *, dropout_rate: float) -> str | None:
-    """One line on the rounds :func:`excess_dropouts` named (``None`` when there are none)."""
+    """One line on the rounds ``excess_dropouts`` named (``None`` when there are none)."""
     if not excess:
         return None
     worst = max(excess, key=lambda r: r["dropped"] / r["participants"])

@@ -40,7 +40,7 @@ class KeyAgreementDone:
 def derive_pairwise_keys(
     *, private_key: X25519PrivateKey, directory: KeyDirectory, own_id: int
 ) -> Mapping[int, bytes]:
-    """Every pairwise key of silo ``own_id`` (see :func:`derive_pairwise_key`), by peer id, read-only.
+    """Every pairwise key of silo ``own_id`` (see [`derive_pairwise_key`][protocols.secure_aggregation.derive_pairwise_key]), by peer id, read-only.
 
     Raises ``ProtocolStateError`` if the directory does not hold this silo's own public key (a relay error).
     """

@@ -87,7 +87,7 @@ class SecAggServer(ServerProtocol):
     """Server side (see the package docstring). ``neighbours``, ``threshold``, ``corrupt_fraction``,
     ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
     register identity keys at set-up (``setup_stages``) and unmasking takes the consistency round
-    (:meth:`unmask_follow_up`); the server here follows the protocol either way."""
+    (``unmask_follow_up``); the server here follows the protocol either way."""
 
     setup_stages: tuple[enum.Enum, ...] = ()
     survives_missing_uploads: ClassVar[bool] = True

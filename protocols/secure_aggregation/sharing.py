@@ -75,7 +75,7 @@ def split(secret: bytes, *, threshold: int, holders: Sequence[int], random: Cryp
 def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
     """The secret behind ``threshold`` of ``shares`` (the first ones; more would only cost time):
     ``f(0) = sum_j y_j l_j(0)`` mod ``p``, with each set of share indices' Lagrange coefficients ``l_j(0)`` worked
-    out once (:func:`_lagrange_at_zero`; a server recovers one seed per silo every round, mostly from the same
+    out once (``_lagrange_at_zero``; a server recovers one seed per silo every round, mostly from the same
     indices). Raises ``ValueError`` when the shares do not lie on a polynomial with a 16-byte constant term."""
     if len(shares) < threshold:
         raise ValueError(f"{len(shares)} shares cannot recover a secret of threshold {threshold}")

@@ -11,7 +11,7 @@ consistency round's signed statement of who uploaded.
   silo signs ``(round, U)`` and, before revealing any share of a silo ``w``, checks that ``threshold`` of ``w``'s
   share holders signed the same ``U`` (``silo.py``). An honest silo signs one set per round.
 
-Signatures are checked through :func:`verified`, which remembers its answers within a process: a worker hosting
+Signatures are checked through ``verified``, which remembers its answers within a process: a worker hosting
 many silos checks each signature once, however many of its silos see it.
 """
 from __future__ import annotations

@@ -91,7 +91,7 @@ class SecAggSilo(SiloProtocol):
     """Silo side: per round, advertises fresh keys, shares its seeds with its neighbours, masks its vector twice
     and answers the server's unmasking request (see the package docstring).
 
-    ``random`` defaults to the operating system's CSPRNG (pass :func:`protocols.crypto_random.seeded_for_tests`
+    ``random`` defaults to the operating system's CSPRNG (pass ``protocols.crypto_random.seeded_for_tests``
     only in tests; Shamir's polynomial coefficients come from it too). The silo masks only for rounds of
     at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
     relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size (out of

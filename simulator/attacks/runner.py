@@ -1,7 +1,7 @@
 """``privsilo attack``: capture the attacked round, run every (target silo, seed) inversion as a Ray task, score
 the reconstructions against the ground truth and write ``attack.json``, ``attack.png`` and ``loss.png``.
 
-The tasks receive an :class:`~simulator.attacks.observation.Observation` and a seed, nothing else; the ground
+The tasks receive an ``Observation`` and a seed, nothing else; the ground
 truth stays in this process and only meets the reconstructions when they are scored.
 """
 from __future__ import annotations

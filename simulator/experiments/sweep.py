@@ -16,14 +16,14 @@ Every combination is validated before the first run, all runs share one Ray sess
 (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP grids, ``epsilon_curve.png`` and
 ``budget_vs_spent.png``, and the plots of the base mechanism's ``sweep_plotter``, e.g. uldp's per-round accuracy
 and epsilon) is written atomically. When the scenarios carry an ``attack`` block, every run is also
-attacked (:func:`simulator.attacks.runner.attack` on the same scenario) and the tables get the attack's PSNR,
+attacked ([`simulator.attacks.runner.attack`][simulator.attacks.runner.attack] on the same scenario) and the tables get the attack's PSNR,
 SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
-(:mod:`simulator.experiments.journal`), so an interrupted sweep resumes when run again.
+(``simulator.experiments.journal``), so an interrupted sweep resumes when run again.
 
 A regression task (``synthetic_linear``) has no accuracy: its tables and plots give the test MSE (the test loss)
 instead. Runs of a personalised mechanism (``Mechanism.personalised``, e.g. dprivacy) keep their whole output
 directory under ``runs/<labels>-s<seed>``, and the table and plots are the personalised ones
-(:mod:`simulator.experiments.personalised_report`: personalised accuracy or MSE, cluster recovery, leakage).
+(``simulator.experiments.personalised_report``: personalised accuracy or MSE, cluster recovery, leakage).
 """
 from __future__ import annotations
 
@@ -207,8 +207,8 @@ def sweep(
 ) -> SweepResult:
     """Run every combination x seed of a grid file and write the tables and plots to ``out_dir`` (default: the
     latest unfinished sweep of the grid in ``runs/<grid name>/``, else a new ``runs/<grid name>/<UTC time>``,
-    see :mod:`simulator.output_dirs`). ``log``: trackers that get each run's rounds as they end, one TensorBoard
-    run per grid run (:func:`run_name`) in the journal's ``tensorboard/`` while the sweep runs, then in
+    see ``simulator.output_dirs``). ``log``: trackers that get each run's rounds as they end, one TensorBoard
+    run per grid run (``run_name``) in the journal's ``tensorboard/`` while the sweep runs, then in
     ``out_dir/tensorboard/``."""
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or (), only=only)
     jobs = [(labels, seed, grid.scenario(labels, seed)) for labels in grid.combinations() for seed in grid.seeds]
@@ -279,7 +279,7 @@ def write_sweep_outputs(
 ) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
-    Given ``run_directories`` (where the personalised runs' output directories are, named by :func:`run_name`):
+    Given ``run_directories`` (where the personalised runs' output directories are, named by ``run_name``):
     they are copied to ``runs/`` and the table and its plots are the personalised report's. For an rPDP base
     scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the label and per-record
     arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the base mechanism's
