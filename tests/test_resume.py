@@ -149,10 +149,7 @@ def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     resumed = _start(None, killed, "--resume")  # the scenario comes from the checkpoint
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
-    assert _metrics(killed / "metrics.csv") == _metrics(tmp_path / "reference" / "metrics.csv")
-    model, reference = torch.load(killed / "model.pt"), torch.load(tmp_path / "reference" / "model.pt")
-    assert all(torch.equal(model[k], reference[k]) for k in reference)
-    assert not (killed / CHECKPOINT_FILE).exists()
+    _assert_finished_as(killed, tmp_path / "reference")
 
 
 def test_resume_refuses_another_scenario(ray_local, tmp_path):
@@ -307,7 +304,12 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
     resumed = _start(None, killed, command=("resume",))
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
-    assert _metrics(killed / "metrics.csv") == _metrics(tmp_path / "reference" / "metrics.csv")
-    model, reference = torch.load(killed / "model.pt"), torch.load(tmp_path / "reference" / "model.pt")
-    assert all(torch.equal(model[k], reference[k]) for k in reference)
-    assert not (killed / CHECKPOINT_FILE).exists()
+    _assert_finished_as(killed, tmp_path / "reference")
+
+
+def _assert_finished_as(resumed: Path, reference: Path) -> None:
+    """The resumed run finished with the uninterrupted run's metrics and model, and no checkpoint left."""
+    assert _metrics(resumed / "metrics.csv") == _metrics(reference / "metrics.csv")
+    model, expected = torch.load(resumed / "model.pt"), torch.load(reference / "model.pt")
+    assert all(torch.equal(model[k], expected[k]) for k in expected)
+    assert not (resumed / CHECKPOINT_FILE).exists()
