@@ -47,7 +47,13 @@ from protocols.secure_aggregation import (
     self_mask_key,
 )
 from protocols.secure_aggregation.graph import connected, harary_positions
-from protocols.secure_aggregation.parameters import hypergeometric_tail
+from protocols.secure_aggregation.parameters import (
+    DEFAULT_DROPOUT_RATE,
+    _disconnection,
+    corrupt_silos,
+    dropped_silos,
+    hypergeometric_tail,
+)
 from protocols.secure_aggregation.signatures import graph_seed
 from protocols.secure_aggregation.sharing import PRIME, mask_private_key
 from simulator.errors import ScenarioError
@@ -981,7 +987,7 @@ def test_a_server_cannot_substitute_keys_when_silos_assume_it_may_lie() -> None:
 def test_may_lie_sums_survive_dropouts_and_take_one_more_exchange(neighbours) -> None:
     n = 12
     for seed, drops in enumerate([{}, {3: "SHARE_KEYS", 7: "unmask"}, {1: "protect", 5: "COLLECT_SHARES"}]):
-        silos, server = federation(n, neighbours=neighbours, server="may_lie", seed=seed)
+        silos, server = federation(n, neighbours=neighbours, server="may_lie", seed=seed, dropout_rate=0.2)
         assert server.setup_stages == tuple(SecAggSetupStage)
         vectors = random_vectors(n, np.random.default_rng(seed), length=16)
         result = run_round(silos, server, vectors, round_index=0, drops=drops)
@@ -1007,3 +1013,58 @@ def test_the_graph_is_unknown_until_the_rounds_keys_exist() -> None:
         assert {i: tuple(sorted(c.ciphertexts)) for i, c in result.view["SHARE_KEYS"].items()} == graph
         graphs.append(graph)
     assert graphs[0] != graphs[1]
+
+
+def test_may_lie_silos_sign_only_claims_a_truthful_server_could_make() -> None:
+    """A server that may lie picks the silos it claims dropped after seeing the graph: claiming two silos that
+    split the ring would reveal each half's sum. Every silo refuses to sign a claim whose uploaders the graph
+    does not connect, or that misses more silos than ``dropout_rate`` allows; it signs a claim that a truthful
+    server could make. A truthful server abandons a round that lost more than that instead of asking."""
+    n, settings = 10, dict(neighbours=2, server="may_lie", dropout_rate=0.2)  # a ring; up to d = 2 dropouts
+    silos, server = federation(n, **settings)
+    graph = first_round_graph(n, degree=2, **settings)
+    participants, vectors = tuple(range(n)), random_vectors(n, np.random.default_rng(0))
+    server.begin_round(round_index=0, participants=participants)
+    inbound: dict[int, object] = {}
+    for stage in server.round_stages:
+        inbound = dict(server.round_relay(stage, {i: silos[i].round_reply(stage, inbound.get(i), round_index=0)
+                                                  for i in participants}, round_index=0))
+    for i in participants:
+        silos[i].protect(vectors[i], round_index=0, participants=participants)
+    far = next(v for v in range(2, n) if v not in graph[0])
+    split = tuple(v for v in participants if v not in (0, far))
+    assert not connected(frozenset(split), graph)
+    neighbour = graph[0][0]
+    too_many = tuple(v for v in participants if v not in (0, neighbour, *graph[neighbour]))
+    assert connected(frozenset(too_many), graph) and len(too_many) == n - 3
+    truthful = tuple(v for v in participants if v != 0)
+    for silo_id in truthful:
+        if silo_id in split:
+            with pytest.raises(ProtocolStateError, match="not connected in the round's graph"):
+                silos[silo_id].unmask_reply(ConsistencyRequest(round_index=0, uploaded=split), round_index=0)
+        if silo_id in too_many:
+            with pytest.raises(ProtocolStateError, match="more than protocol.dropout_rate"):
+                silos[silo_id].unmask_reply(ConsistencyRequest(round_index=0, uploaded=too_many), round_index=0)
+        reply = silos[silo_id].unmask_reply(ConsistencyRequest(round_index=0, uploaded=truthful), round_index=0)
+        assert isinstance(reply, ConsistencySignature)
+    n, settings = 20, dict(neighbours=4, server="may_lie", dropout_rate=0.1)  # d = 2; three silos apart drop
+    silos, server = federation(n, **settings)
+    graph, dropped = first_round_graph(n, degree=4, **settings), []
+    for silo_id in range(n):
+        if len(dropped) < 3 and not any(silo_id in graph[other] for other in dropped):
+            dropped.append(silo_id)
+    result = run_round(silos, server, random_vectors(n, np.random.default_rng(1)), round_index=0,
+                       drops={silo_id: "protect" for silo_id in dropped})
+    assert result.abandoned is not None and "dropout_rate" in str(result.abandoned)
+
+
+def test_may_lie_bounds_count_the_dropouts_the_server_places() -> None:
+    """With no corrupt silo, a server placing ``d`` dropouts splits ``H(n, K)`` once ``2 * floor(K / 2) <= d``;
+    ``auto`` against a server that may lie picks a degree beyond that, and its disconnection bound is never below
+    the one for dropouts at random positions."""
+    for n in (40, 100, 300):
+        parameters, _ = auto_parameters(n, corrupt_fraction=0.0, server="may_lie")
+        assert 2 * (parameters.degree // 2) > dropped_silos(n, DEFAULT_DROPOUT_RATE)
+        for degree in (4, 8, 12):
+            settings = dict(federation=n, corrupt=corrupt_silos(n, 0.05), dropped=dropped_silos(n, 0.05))
+            assert _disconnection(n, degree, server="may_lie", **settings) >= _disconnection(n, degree, **settings)

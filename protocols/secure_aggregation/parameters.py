@@ -40,6 +40,13 @@ Bell et al.'s theorems):
 
   (``(x)_k`` the falling factorial, 0 when ``x < k``; the opposite-node edges of odd ``K`` only add
   connections; the complete graph is never disconnected).
+
+  A server that may lie chooses which silos it claims dropped, after seeing the graph. Each silo therefore signs
+  a claimed set of uploaders only if at most ``d`` of the round's silos are missing from it and it is connected
+  in the graph (``silo.py``). The honest uploaders can then be split only where the randomly placed corrupt
+  silos fill two windows up to the ``d`` silos the server places::
+
+      P_disconnected <= sum_c P[Hyp(N, C, n) = c] * min(1, C(n, 2) * P[Hyp(n, c, 2L) >= 2L - d])   (may_lie).
 * Correctness fails if some silo keeps fewer than ``t`` share holders that answer the unmasking request, not
   counting itself (it may be the one that dropped)::
 
@@ -129,10 +136,22 @@ def _disconnection_bound(n: int, degree: int, removed: int) -> Fraction:
     return min(Fraction(1), Fraction(math.comb(n, 2) * falling, math.perm(n, width)))
 
 
-def _disconnection(n: int, degree: int, *, federation: int, corrupt: int, dropped: int) -> float:
+def _placed_disconnection_bound(n: int, degree: int, corrupt: int, dropped: int) -> Fraction:
+    """The window bound when the ``dropped`` silos are placed by the server (``may_lie``): two given windows of
+    ``L`` positions can be emptied only if they hold at least ``2L - d`` of the randomly placed corrupt silos."""
+    width = 2 * (degree // 2)
+    pmf = _hypergeometric_pmf(n, corrupt, width)
+    filled = sum((p for j, p in enumerate(pmf) if j >= width - dropped), Fraction(0))
+    return min(Fraction(1), math.comb(n, 2) * filled)
+
+
+def _disconnection(n: int, degree: int, *, federation: int, corrupt: int, dropped: int,
+                   server: ServerModel = "honest_but_curious") -> float:
     """``P_disconnected`` of the module docstring: the window bound averaged over the round's corrupt count."""
     pmf = _hypergeometric_pmf(federation, corrupt, n)
-    return float(sum(p * _disconnection_bound(n, degree, c + dropped) for c, p in enumerate(pmf) if p))
+    if server == "honest_but_curious":
+        return float(sum(p * _disconnection_bound(n, degree, c + dropped) for c, p in enumerate(pmf) if p))
+    return float(sum(p * _placed_disconnection_bound(n, degree, c, dropped) for c, p in enumerate(pmf) if p))
 
 
 def exposure_threshold(threshold: int, share_set: int, server: ServerModel) -> int:
@@ -156,7 +175,8 @@ def failure_bounds(
     draws = n - 1 if degree is None else degree
     exposed_at = exposure_threshold(threshold, draws + 1, server)
     exposure = 1.0 if exposed_at <= 0 else hypergeometric_tail(total - 1, min(corrupt, total - 1), draws, exposed_at)
-    disconnected = 0.0 if draws >= n - 1 else _disconnection(n, draws, federation=total, corrupt=corrupt, dropped=dropped)
+    disconnected = 0.0 if draws >= n - 1 else _disconnection(n, draws, federation=total, corrupt=corrupt, dropped=dropped,
+                                                               server=server)
     correctness = n * hypergeometric_tail(n - 1, min(dropped, n - 1), draws, draws - threshold + 1)
     return FailureBounds(security=min(1.0, n * exposure + disconnected), correctness=min(1.0, correctness))
 
@@ -183,7 +203,7 @@ def auto_parameters(
     corrupt, dropped = corrupt_silos(total, corrupt_fraction), dropped_silos(n, dropout_rate)
     for degree in [*range(2, n - 2), None]:
         if degree is not None and ((n * degree) % 2 or _disconnection(
-                n, degree, federation=total, corrupt=corrupt, dropped=dropped) > 2.0**-sigma):
+                n, degree, federation=total, corrupt=corrupt, dropped=dropped, server=server) > 2.0**-sigma):
             continue
         draws = n - 1 if degree is None else degree
         for threshold in range(2, draws + 2):

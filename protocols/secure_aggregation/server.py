@@ -47,6 +47,7 @@ from protocols.secure_aggregation.parameters import (
     Neighbours,
     RoundParameters,
     ServerModel,
+    dropped_silos,
 )
 from protocols.secure_aggregation.sharing import Share, mask_private_key, public_bytes, recover
 from protocols.secure_aggregation.signatures import graph_seed, uploaders_message, verified
@@ -301,6 +302,12 @@ class SecAggServer(ServerProtocol):
             for silo_id in sorted(state.uploaded)
         }
         if self.may_lie:  # Bonawitz et al.'s consistency check first: every uploader signs who uploaded
+            lost, allowed = len(state.participants) - len(state.uploaded), dropped_silos(len(state.participants), self.settings.dropout_rate)
+            if lost > allowed:  # the silos would refuse to sign (silo.py): a lying server could choose the dropouts
+                raise RoundAbandoned(
+                    f"round {round_index}: {lost} of {len(state.participants)} silos did not upload, more than "
+                    f"protocol.dropout_rate = {self.settings.dropout_rate} allows ({allowed}) when the server may lie"
+                )
             state.next_step = "consistency"
             claim = ConsistencyRequest(round_index=round_index, uploaded=tuple(sorted(state.uploaded)))
             return {silo_id: claim for silo_id in sorted(state.uploaded)}

@@ -14,7 +14,7 @@ from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import FixedPointCodec
 from protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
 from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
-from protocols.secure_aggregation.graph import round_graph
+from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.messages import (
     ConsistencyRequest,
     ConsistencySignature,
@@ -38,6 +38,7 @@ from protocols.secure_aggregation.parameters import (
     Neighbours,
     RoundParameters,
     ServerModel,
+    dropped_silos,
 )
 from protocols.secure_aggregation.sharing import SEED_BYTES, Channel, Share, mask_private_key, public_bytes, split
 from protocols.secure_aggregation.signatures import (
@@ -72,6 +73,10 @@ class _Round:
     """When the server may lie: every holder of each owner's shares, as the owner sent them."""
     statement: tuple[int, ...] | None = None
     """When the server may lie: the uploaders this silo signed in the consistency round (one set per round)."""
+    graph: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """When the server may lie: the round's graph, as this silo recomputed it from the roster's keys."""
+    participants: int = 0
+    """When the server may lie: the size of the round's roster."""
     revealed: dict[int, str] = field(default_factory=dict)
 
     def mask_key(self, silo_id: int) -> X25519PrivateKey:
@@ -196,9 +201,10 @@ class SecAggSilo(SiloProtocol):
             channel_public_key=state.public_keys[1], signature=signature,
         )
 
-    def _check_neighbourhood(self, inbound: NeighbourKeys, expected: RoundParameters) -> None:
+    def _check_neighbourhood(self, inbound: NeighbourKeys, expected: RoundParameters) -> dict[int, tuple[int, ...]]:
         """When the server may lie: every relayed key carries its owner's signature, and the relayed keys are
-        exactly this silo's neighbours among the advertisers in the graph that the roster's keys determine."""
+        exactly this silo's neighbours among the advertisers in the graph that the roster's keys determine;
+        returns that graph (the consistency round checks the claimed uploaders against it)."""
         roster = inbound.roster
         if roster is None or roster.round_index != inbound.round_index or len(roster.participants) != inbound.participants:
             raise ProtocolStateError(f"{self._who()}: the round's roster is missing or does not match its size")
@@ -215,6 +221,7 @@ class SecAggSilo(SiloProtocol):
         neighbours = {peer for peer in graph.get(self.silo_id, ()) if peer in advertised}
         if set(inbound.keys) != neighbours | {self.silo_id}:
             raise ProtocolStateError(f"{self._who()}: the relayed keys are not its neighbours in the round's graph")
+        return graph
 
     def _share(self, inbound: object | None, round_index: int) -> EncryptedShares:
         state = self._current(round_index, SecAggStage.SHARE_KEYS.name)
@@ -237,7 +244,7 @@ class SecAggSilo(SiloProtocol):
                 f"at most {expected.share_set} holders)"
             )
         if self.may_lie:
-            self._check_neighbourhood(inbound, expected)
+            state.graph, state.participants = self._check_neighbourhood(inbound, expected), inbound.participants
         state.threshold, state.keys = expected.threshold, dict(inbound.keys)
         holders = sorted(state.keys)
         mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders, random=self._random)
@@ -335,9 +342,24 @@ class SecAggSilo(SiloProtocol):
         if self.silo_id not in uploaded:
             raise ProtocolStateError(f"{self._who()}: the claimed uploaders {list(uploaded)[:10]} omit this silo")
         check_count(len(uploaded), min_participants=self.min_participants, codec=self.codec, who=self._who())
+        self._check_claimed_dropouts(state, uploaded)
         state.statement = uploaded
         signature = sign(self._identity, uploaders_message(state.round_index, uploaded))
         return ConsistencySignature(sender=self.silo_id, round_index=state.round_index, signature=signature)
+
+    def _check_claimed_dropouts(self, state: _Round, uploaded: tuple[int, ...]) -> None:
+        """Sign only a set of uploaders that a server telling the truth could claim within the guarantee: at most
+        ``d = ceil(dropout_rate * n)`` of the round's ``n`` silos missing, and the rest connected in the round's
+        graph. A server that may lie would otherwise drop chosen silos to split the uploaders into groups and
+        learn each group's sum (``parameters.py`` bounds what ``d`` dropouts it places can still do)."""
+        lost, allowed = state.participants - len(uploaded), dropped_silos(state.participants, self.settings.dropout_rate)
+        if lost > allowed:
+            raise ProtocolStateError(
+                f"{self._who()}: the server claims {lost} of the round's {state.participants} silos did not upload, "
+                f"more than protocol.dropout_rate = {self.settings.dropout_rate} allows ({allowed}); it signs nothing"
+            )
+        if not connected(frozenset(uploaded), state.graph):
+            raise ProtocolStateError(f"{self._who()}: the claimed uploaders are not connected in the round's graph; it signs nothing")
 
     def _check_agreement(self, state: _Round, request: SignedUploaders) -> None:
         """Refuse unless, for every owner of a share this silo holds, ``threshold`` of the owner's share holders

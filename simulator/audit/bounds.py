@@ -45,7 +45,7 @@ from statistics import NormalDist
 import numpy as np
 from scipy.special import bdtrc, expit, gammaln, ndtr
 
-from mechanisms.pld import gaussian_epsilon
+from mechanisms.pld import GAUSSIAN_EPSILON_TOLERANCE, gaussian_epsilon
 
 EPSILON_TOLERANCE = 1e-6
 """Bisection tolerance of [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
@@ -377,8 +377,12 @@ def _gdp_ceiling_mu(m: int, per_test_confidence: float, counts: tuple[int, ...])
 
 
 def _gdp_epsilon(mu: float, delta: float) -> float:
-    """mu-GDP's epsilon at delta, rounded down by the tolerance of its root (a lower bound stays below)."""
-    return 0.0 if mu == 0.0 else max(0.0, gaussian_epsilon(mu, delta) * (1.0 - 1e-9))
+    """mu-GDP's epsilon at delta, less the root finder's absolute and relative tolerance (so a lower bound stays
+    below the exact root, small epsilons included)."""
+    if mu == 0.0:
+        return 0.0
+    epsilon = gaussian_epsilon(mu, delta)
+    return max(0.0, epsilon - 2 * GAUSSIAN_EPSILON_TOLERANCE * (1.0 + epsilon))
 
 
 # --- Andrew et al.: the Gaussian-fit estimate ---------------------------------------------------------------

@@ -174,6 +174,7 @@ class AuditReport:
         line = (f"audit ({self.unit} canaries, {self.scenario.audit.kind}, {self.view} view): epsilon >= {self.lower_bound:.3g} at "
                 f"{self.scenario.audit.confidence:g} confidence, delta = {self.delta:g} ({claimed}; ceiling "
                 f"{self.ceiling:.3g}{'' if self.testability()['testable'] is not False else ', claim untestable'}); "
-                f"not Gaussian-DP at epsilon {gdp:.3g}")
+                f"not Gaussian-DP at epsilon {gdp:.3g} (each bound holds alone at that confidence; both together at "
+                f"{1 - 2 * (1 - self.scenario.audit.confidence):g})")
         levels = [f"budget {g.budget:g}: >= {g.lower_bound:.3g}" for g in self.groups if g.budget is not None]
         return line + ("; " + ", ".join(levels) if levels else "")
