@@ -100,7 +100,8 @@ def secure_round(n: int, neighbours: str, dropout: float, vectors: np.ndarray, c
     """One round with ``dropout * n`` silos vanishing, spread over the steps; CPU seconds by side and part. With
     ``trust="may_lie"`` the identity keys are registered first (not counted: a run's set-up) and the round takes
     the consistency round."""
-    fractions = {"dropout_rate": dropout} if neighbours == "auto" else {}
+    # auto sizes K and t for the dropouts; silos that assume a lying server refuse rounds that lose more than that
+    fractions = {"dropout_rate": dropout} if neighbours == "auto" or trust == "may_lie" else {}
     silos = {i: SecAggSilo(i, codec=codec, neighbours=neighbours, server=trust, **fractions) for i in range(n)}
     server = SecAggServer(codec=codec, neighbours=neighbours, server=trust, **fractions)
     registry: dict = {}
