@@ -168,11 +168,12 @@ def test_budgets_from_a_csv_column(tmp_path):
     assert info.value.field == "mechanism.budgets" and "2 of 3" in str(info.value)
 
 
-@pytest.mark.parametrize("value", [[], 0, "", False])
-def test_malformed_mechanism_block_is_an_error(value):
+@pytest.mark.parametrize(("value", "field"), [([], "mechanism"), (0, "mechanism"), (False, "mechanism"),
+                                               ("", "mechanism.name")])  # a string alone is the mechanism's name
+def test_malformed_mechanism_block_is_an_error(value, field):
     with pytest.raises(ScenarioError) as info:
         validate_scenario(small_scenario(mechanism=value))
-    assert info.value.field == "mechanism"
+    assert info.value.field == field
 
 
 def test_mechanism_params_are_strict():
