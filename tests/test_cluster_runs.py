@@ -4,7 +4,8 @@ round each, exit code 0 and sane outputs. Then the warm pool on that head: a use
 (and where it cannot, one line and exit 2), and idle actors give up the GPU share a run of another shape needs.
 
 The head is one process tree of this module's, on free ports, with 4 CPUs and 1 logical GPU (no device: actors
-with a GPU share train on the CPU); it is stopped by its own pids at the end, never with ``ray stop``."""
+with a GPU share train on the CPU); at the end only that process group is signalled
+(``os.killpg`` on the group ``ray start`` leads): no command that stops every Ray node on the machine is run."""
 from __future__ import annotations
 
 import csv
