@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
-from simulator.run_lock import process_alive
+from simulator.processes import process_alive
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 MAGIC = b"privsilo checkpoint v1\n"

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.processes import process_start
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
@@ -95,17 +96,6 @@ def _remove_state(path: Path, *, pid: int) -> None:
             path.unlink()
     except (FileNotFoundError, ValueError, KeyError):
         pass
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22); None if there
-    is no such process (or it is a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after "PID (COMMAND) "
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _signal_if_same(pid: int, start: int, signum: int) -> None:

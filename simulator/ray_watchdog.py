@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from simulator.processes import parent_and_start, process_start
+
 GRACE_SECONDS = 5.0
 SCAN_SECONDS = 2.0  # how often the watchdog notes the driver's descendants
 SHUT_DOWN = b"shut down\n"  # the driver's last line after ray.shutdown() (a session directory is an absolute path)
@@ -64,21 +66,12 @@ def session_processes(session_dir: str) -> list[int]:
     return found
 
 
-def _parent_and_start(pid: int) -> tuple[int, int] | None:
-    """A running process's parent pid and start time (clock ticks since boot), None if it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[19]))
-
-
 def descendants(root: int) -> dict[int, int]:
     """``{pid: start time}`` of the running processes below ``root`` (this one aside)."""
     children: dict[int, list[tuple[int, int]]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
-            known = _parent_and_start(int(entry.name))
+            known = parent_and_start(int(entry.name))
             if known is not None:
                 children.setdefault(known[0], []).append((int(entry.name), known[1]))
     found, frontier = {}, [root]
@@ -93,7 +86,7 @@ def descendants(root: int) -> dict[int, int]:
 def _still_running(noted: dict[int, int], session_dir: str) -> list[int]:
     """Noted processes that still run (the same start time: not a new process under a reused pid), and the
     session's by command line."""
-    same = [pid for pid, started in noted.items() if (_parent_and_start(pid) or (0, None))[1] == started]
+    same = [pid for pid, started in noted.items() if process_start(pid) == started]
     return sorted({*same, *(session_processes(session_dir) if session_dir else ())})
 
 

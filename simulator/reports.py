@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mechanisms.registry import mechanism_class  # noqa: E402
-from simulator.run_lock import process_alive  # noqa: E402
+from simulator.processes import process_alive  # noqa: E402
 
 if TYPE_CHECKING:
     from simulator.results import RunResult

@@ -87,17 +87,6 @@ def holder(path: Path) -> str:
     return "its pid is not written down yet"
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _command_line(pid: int) -> str:
     try:
         words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -106,4 +95,4 @@ def _command_line(pid: int) -> str:
     return ": " + " ".join(word.decode(errors="replace") for word in words if word)
 
 
-__all__ = ["LOCK_FILE", "DirectoryInUse", "holder", "locked", "process_alive"]
+__all__ = ["LOCK_FILE", "DirectoryInUse", "holder", "locked"]

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from simulator import local_pool
+from simulator.processes import process_start
 from tests.conftest import REPO, small_scenario
 from tests.test_warm_pool import metrics_without_wall_times
 
@@ -58,7 +59,7 @@ def descendants(pid: int) -> set[int]:
 
 def wait_until_gone(pids: set[int]) -> None:
     deadline = time.monotonic() + GONE_WITHIN_S
-    while alive := {pid for pid in pids if local_pool.process_start(pid) is not None}:
+    while alive := {pid for pid in pids if process_start(pid) is not None}:
         assert time.monotonic() < deadline, f"still running {GONE_WITHIN_S} s after the pool stopped: {sorted(alive)}"
         time.sleep(0.5)
 
@@ -117,7 +118,7 @@ def test_a_pool_whose_head_died_is_reported_and_commands_run_on_their_own_ray(st
     refused = privsilo("pool", "start", code=2)
     assert refused.stderr.startswith("privsilo: error: pool start: a local pool is already running")
     gcs_pid, gcs_start = next(pid_start for name, pid_start in state.processes.items() if name.startswith("gcs_server"))
-    assert local_pool.process_start(gcs_pid) == gcs_start
+    assert process_start(gcs_pid) == gcs_start
     os.kill(gcs_pid, signal.SIGKILL)
     wait_until_gone(processes)  # the supervisor noticed, recorded the crash and stopped the rest
     crashed = local_pool.read_state()
