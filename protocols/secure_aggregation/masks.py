@@ -4,6 +4,7 @@ words; the self-mask ``PRG(b)`` uses the same stream under a key derived from th
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -16,6 +17,8 @@ from protocols.base import read_only
 PAIRWISE_KEY_LABEL = b"privsilo secure aggregation pairwise mask key v1"
 SELF_MASK_LABEL = b"privsilo secure aggregation self-mask key v1"
 _WORD_BYTES = 8
+_BLOCK_ROWS = 64
+"""Streams expanded at once by ``mask_sum`` (64 rows of the digits MLP's 5,130 words: 2.6 MB)."""
 
 
 def derive_pairwise_key(
@@ -62,6 +65,22 @@ class MaskStreams:
         encryptor.update_into(self._zeros, memoryview(out).cast("B"))
         if sys.byteorder != "little":  # the words are little-endian
             out.byteswap(inplace=True)
+
+
+def mask_sum(plus: Sequence[bytes], minus: Sequence[bytes] = (), *, round_index: int, length: int) -> np.ndarray:
+    """``sum_k PRG(plus_k) - sum_k PRG(minus_k)`` mod 2^64 (``length`` words): every stream is expanded into a row
+    of one block of at most ``_BLOCK_ROWS`` rows, and each block is added up in one numpy reduction (uint64
+    arithmetic wraps modulo 2^64). A silo's masks and the server's self-masks of a round go through here."""
+    total = np.zeros(length, dtype=np.uint64)
+    streams = MaskStreams(length)
+    block = np.empty((min(_BLOCK_ROWS, max(len(plus), len(minus), 1)), length), dtype=np.uint64)
+    for keys, add in ((plus, np.add), (minus, np.subtract)):
+        for start in range(0, len(keys), len(block)):
+            chunk = keys[start:start + len(block)]
+            for row, key in zip(block, chunk):
+                streams.write(key, round_index=round_index, out=row)
+            add(total, block[:len(chunk)].sum(axis=0, dtype=np.uint64), out=total)
+    return total
 
 
 def self_mask_key(self_mask_seed: bytes, *, silo_id: int, round_index: int) -> bytes:

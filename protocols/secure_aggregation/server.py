@@ -22,7 +22,7 @@ from protocols.base import (
 from protocols.fixed_point import FixedPointCodec
 from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.limits import check_count, check_minimum
-from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
+from protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
 from protocols.secure_aggregation.messages import (
     ConsistencyRequest,
     ConsistencySignature,
@@ -400,11 +400,12 @@ class SecAggServer(ServerProtocol):
         total = np.zeros(vectors[0].data.shape, dtype=np.uint64)
         for masked in vectors:
             total += masked.data
-        streams, mask = MaskStreams(total.size), np.empty(total.size, dtype=np.uint64)
-        for silo_id in sorted(self_masks):
-            seed = _recover(self_mask_shares[silo_id], threshold=threshold, owner=silo_id)
-            streams.write(self_mask_key(seed, silo_id=silo_id, round_index=round_index), round_index=round_index, out=mask)
-            total -= mask
+        self_mask_keys = [
+            self_mask_key(_recover(self_mask_shares[silo_id], threshold=threshold, owner=silo_id), silo_id=silo_id,
+                          round_index=round_index)
+            for silo_id in sorted(self_masks)
+        ]
+        plus, minus = [], []  # the pairwise masks between uploaders and silos that shared but did not upload
         for dropped in sorted(mask_seeds):
             private_key = mask_private_key(
                 _recover(mask_seed_shares[dropped], threshold=threshold, owner=dropped), silo_id=dropped, round_index=round_index
@@ -414,10 +415,8 @@ class SecAggServer(ServerProtocol):
             for peer in sorted(mask_seeds[dropped]):  # uploaders that masked with the dropped silo
                 key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
                                           own_id=dropped, peer_id=peer)
-                streams.write(key, round_index=round_index, out=mask)
-                if peer < dropped:
-                    total -= mask
-                else:
-                    total += mask
+                (minus if peer < dropped else plus).append(key)
+        total -= mask_sum(self_mask_keys, round_index=round_index, length=total.size)
+        total += mask_sum(plus, minus, round_index=round_index, length=total.size)
         self._round = None
         return self.codec.decode(total, summands=len(vectors))

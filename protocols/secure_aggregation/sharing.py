@@ -13,7 +13,6 @@ round encrypts one message in each direction.
 from __future__ import annotations
 
 import functools
-
 import struct
 from typing import Sequence
 
@@ -59,16 +58,18 @@ def public_bytes(private_key: X25519PrivateKey) -> bytes:
 def split(secret: bytes, *, threshold: int, holders: Sequence[int], random: CryptoRandom) -> dict[int, Share]:
     """Shamir shares of the 16-byte ``secret`` for the sorted ``holders``, any ``threshold`` of which recover it:
     holder ``k`` (rank ``k - 1``) gets ``f(k)`` for ``f(x) = secret + a_1 x + ... + a_{t-1} x^{t-1}`` mod ``p``
-    with ``a_j`` uniform from ``random``."""
+    with ``a_j`` uniform from ``random``. Horner's rule over Python integers with one reduction per share: the
+    share indices are small, so ``f(k)`` before reduction has about ``130 + t log2(k)`` bits, and skipping the
+    ``t - 1`` intermediate reductions halves the work."""
     if len(secret) != SEED_BYTES or not 1 <= threshold <= len(holders):
         raise ValueError(f"cannot split {len(secret)} bytes with threshold {threshold} among {len(holders)} holders")
-    coefficients = [int.from_bytes(secret, "big")] + [random.randbelow(PRIME) for _ in range(threshold - 1)]
+    highest_first = [random.randbelow(PRIME) for _ in range(threshold - 1)][::-1] + [int.from_bytes(secret, "big")]
     shares = {}
     for index, holder in enumerate(holders, start=1):
         value = 0
-        for coefficient in reversed(coefficients):  # Horner
-            value = (value * index + coefficient) % PRIME
-        shares[holder] = (index, value.to_bytes(SHARE_BYTES, "big"))
+        for coefficient in highest_first:
+            value = value * index + coefficient
+        shares[holder] = (index, (value % PRIME).to_bytes(SHARE_BYTES, "big"))
     return shares
 
 
@@ -103,27 +104,41 @@ def _lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(coefficients)
 
 
-class Channel:
-    """The AES-GCM channel between silos ``own_id`` and ``peer_id`` for one round (Bonawitz et al., round 1)."""
+def channel_key(
+    private_key: X25519PrivateKey, peer_public_key: bytes, *, own_id: int, peer_id: int, round_index: int
+) -> bytes:
+    """The AES-256-GCM key of the channel between silos ``own_id`` and ``peer_id`` in round ``round_index``:
+    HKDF-SHA256 of the X25519 secret of their channel keys (both ends derive the same key)."""
+    low, high = sorted((own_id, peer_id))
+    info = CHANNEL_KEY_LABEL + low.to_bytes(8, "big") + high.to_bytes(8, "big") + _round_bytes(round_index)
+    secret = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
-    def __init__(
-        self, *, private_key: X25519PrivateKey, peer_public_key: bytes, own_id: int, peer_id: int, round_index: int
-    ) -> None:
-        low, high = sorted((own_id, peer_id))
-        info = CHANNEL_KEY_LABEL + low.to_bytes(8, "big") + high.to_bytes(8, "big") + _round_bytes(round_index)
-        secret = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
-        self._aead = AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret))
+
+def holder_list(holders: Sequence[int]) -> bytes:
+    """The ids of a silo's share holders as 8-byte big-endian words (what ``Channel.seal`` appends)."""
+    return struct.pack(f">{len(holders)}Q", *holders)
+
+
+class Channel:
+    """The AES-GCM channel between silos ``own_id`` and ``peer_id`` for one round (Bonawitz et al., round 1),
+    under the key [`channel_key`][protocols.secure_aggregation.sharing.channel_key] derived once for both
+    directions."""
+
+    def __init__(self, key: bytes, *, own_id: int, peer_id: int, round_index: int) -> None:
+        self._aead = AESGCM(key)
         self.own_id, self.peer_id, self.round_index = own_id, peer_id, round_index
 
-    def seal(self, mask_seed_share: Share, self_mask_share: Share, holders: tuple[int, ...] = ()) -> bytes:
+    def seal(self, mask_seed_share: Share, self_mask_share: Share, holders: bytes = b"") -> bytes:
         """Encrypt this silo's two shares for the peer (one share index for both), with the ids of every holder of
-        its shares (``holders``; sent when the server may lie, for the consistency round)."""
+        its shares (``holders``, encoded by ``holder_list``; sent when the server may lie, for the consistency
+        round)."""
         (index, s_share), (b_index, b_share) = mask_seed_share, self_mask_share
         if index != b_index:
             raise ValueError(f"share indices differ: {index} and {b_index}")
         plaintext = struct.pack(
             _SHARE_FORMAT, self.own_id, self.peer_id, _round_bytes(self.round_index), index, s_share, b_share
-        ) + b"".join(holder.to_bytes(8, "big") for holder in holders)
+        ) + holders
         return self._aead.encrypt(self.own_id.to_bytes(12, "big"), plaintext, None)
 
     def open(self, ciphertext: bytes) -> tuple[Share, Share, tuple[int, ...]]:
@@ -140,5 +155,7 @@ class Channel:
         if (sender, recipient, round_bytes) != (self.peer_id, self.own_id, _round_bytes(self.round_index)):
             raise ProtocolStateError(f"silo {self.own_id}: shares from silo {self.peer_id} are addressed elsewhere")
         tail = plaintext[header:]
-        holders = tuple(int.from_bytes(tail[i:i + 8], "big") for i in range(0, len(tail), 8))
+        if len(tail) % 8:
+            raise ProtocolStateError(f"silo {self.own_id}: the share holders listed by silo {self.peer_id} are malformed")
+        holders = struct.unpack(f">{len(tail) // 8}Q", tail)
         return (index, s_share), (index, b_share), holders

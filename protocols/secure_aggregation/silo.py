@@ -13,7 +13,7 @@ from protocols.base import ProtocolStateError, SiloProtocol, check_participants,
 from protocols.crypto_random import CryptoRandom
 from protocols.fixed_point import FixedPointCodec
 from protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
-from protocols.secure_aggregation.masks import MaskStreams, derive_pairwise_key, self_mask_key
+from protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
 from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.messages import (
     ConsistencyRequest,
@@ -40,7 +40,16 @@ from protocols.secure_aggregation.parameters import (
     ServerModel,
     dropped_silos,
 )
-from protocols.secure_aggregation.sharing import SEED_BYTES, Channel, Share, mask_private_key, public_bytes, split
+from protocols.secure_aggregation.sharing import (
+    SEED_BYTES,
+    Channel,
+    Share,
+    channel_key,
+    holder_list,
+    mask_private_key,
+    public_bytes,
+    split,
+)
 from protocols.secure_aggregation.signatures import (
     IDENTITY_KEY_BYTES,
     advertisement_message,
@@ -79,17 +88,27 @@ class _Round:
     """When the server may lie: the size of the round's roster."""
     revealed: dict[int, str] = field(default_factory=dict)
 
+    mask_keys: dict[int, bytes] = field(default_factory=dict)
+    """The pairwise mask keys ``k_uv``, by neighbour (``agree``)."""
+    channel_keys: dict[int, bytes] = field(default_factory=dict)
+    """The AES-GCM keys of the channels to the neighbours (``agree``)."""
+
     def mask_key(self, silo_id: int) -> X25519PrivateKey:
         return mask_private_key(self.mask_seed, silo_id=silo_id, round_index=self.round_index)
 
-    def channels(self, silo_id: int, peers) -> dict[int, Channel]:
-        """The share channels to ``peers`` (one X25519 key object for all of them, dropped afterwards)."""
-        private_key = X25519PrivateKey.from_private_bytes(self.channel_key)
-        return {
-            peer: Channel(private_key=private_key, peer_public_key=self.keys[peer][1], own_id=silo_id, peer_id=peer,
-                          round_index=self.round_index)
-            for peer in peers
-        }
+    def agree(self, silo_id: int) -> None:
+        """Derive every pairwise key of the round in one pass over the neighbours (two X25519 agreements each:
+        mask keys and channel keys), once: sealing, opening and masking all reuse them."""
+        mask_key, channel = self.mask_key(silo_id), X25519PrivateKey.from_private_bytes(self.channel_key)
+        for peer, (mask_public, channel_public) in self.keys.items():
+            if peer != silo_id:
+                self.mask_keys[peer] = derive_pairwise_key(private_key=mask_key, peer_public_key=mask_public,
+                                                           own_id=silo_id, peer_id=peer)
+                self.channel_keys[peer] = channel_key(channel, channel_public, own_id=silo_id, peer_id=peer,
+                                                      round_index=self.round_index)
+
+    def channel(self, silo_id: int, peer: int) -> Channel:
+        return Channel(self.channel_keys[peer], own_id=silo_id, peer_id=peer, round_index=self.round_index)
 
 
 class SecAggSilo(SiloProtocol):
@@ -246,14 +265,15 @@ class SecAggSilo(SiloProtocol):
         if self.may_lie:
             state.graph, state.participants = self._check_neighbourhood(inbound, expected), inbound.participants
         state.threshold, state.keys = expected.threshold, dict(inbound.keys)
+        state.agree(self.silo_id)
         holders = sorted(state.keys)
         mask_seed_shares = split(state.mask_seed, threshold=state.threshold, holders=holders, random=self._random)
         self_mask_shares = split(state.self_mask_seed, threshold=state.threshold, holders=holders, random=self._random)
         state.shares[self.silo_id] = (mask_seed_shares[self.silo_id], self_mask_shares[self.silo_id])
-        listed = tuple(holders) if self.may_lie else ()
-        state.holders[self.silo_id] = listed
-        channels = state.channels(self.silo_id, [peer for peer in holders if peer != self.silo_id])
-        ciphertexts = {peer: channel.seal(mask_seed_shares[peer], self_mask_shares[peer], listed) for peer, channel in channels.items()}
+        state.holders[self.silo_id] = tuple(holders) if self.may_lie else ()
+        listed = holder_list(state.holders[self.silo_id])
+        ciphertexts = {peer: state.channel(self.silo_id, peer).seal(mask_seed_shares[peer], self_mask_shares[peer], listed)
+                       for peer in holders if peer != self.silo_id}
         state.next_step = SecAggStage.COLLECT_SHARES.name
         return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
 
@@ -264,8 +284,8 @@ class SecAggSilo(SiloProtocol):
         strangers = sorted(peer for peer in inbound.ciphertexts if peer == self.silo_id or peer not in state.keys)
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
-        for peer, channel in state.channels(self.silo_id, inbound.ciphertexts).items():
-            mask_seed_share, self_mask_share, holders = channel.open(inbound.ciphertexts[peer])
+        for peer, ciphertext in inbound.ciphertexts.items():
+            mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
             if self.may_lie and not (self.silo_id in holders and peer in holders and len(set(holders)) >= state.threshold):
                 raise ProtocolStateError(f"{self._who()}: silo {peer} listed share holders {holders} that cannot be")
             state.shares[peer], state.holders[peer] = (mask_seed_share, self_mask_share), holders
@@ -295,19 +315,13 @@ class SecAggSilo(SiloProtocol):
         if values.ndim != 1:
             raise ValueError(f"expected a flat vector, got shape {values.shape}")
         masked = self.codec.encode(values)
-        streams, mask = MaskStreams(masked.size), np.empty(masked.size, dtype=np.uint64)
-        streams.write(self_mask_key(state.self_mask_seed, silo_id=self.silo_id, round_index=round_index),
-                      round_index=round_index, out=mask)
-        masked += mask
-        private_key = state.mask_key(self.silo_id)
-        for peer in state.shares.keys() - {self.silo_id}:
-            key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
-                                      own_id=self.silo_id, peer_id=peer)
-            streams.write(key, round_index=round_index, out=mask)
-            if self.silo_id < peer:
-                masked += mask
-            else:
-                masked -= mask
+        neighbours = sorted(state.shares.keys() - {self.silo_id})
+        masked += mask_sum(
+            [self_mask_key(state.self_mask_seed, silo_id=self.silo_id, round_index=round_index)]
+            + [state.mask_keys[peer] for peer in neighbours if self.silo_id < peer],
+            [state.mask_keys[peer] for peer in neighbours if peer < self.silo_id],
+            round_index=round_index, length=masked.size,
+        )
         state.next_step = "unmask"
         return MaskedVector(sender=self.silo_id, round_index=round_index, data=read_only(masked))
 
