@@ -81,18 +81,22 @@ def _round_graph(ids: tuple[int, ...], degree: int | None, seed: int, round_inde
 
 
 def connected(nodes: frozenset[int], graph: dict[int, tuple[int, ...]]) -> bool:
-    """Whether ``nodes`` induce a connected subgraph of ``graph`` (a breadth-first search over their edges). The
+    """Whether ``nodes`` induce a connected subgraph of ``graph``, a graph of [`round_graph`][protocols.secure_aggregation.graph.round_graph]. The
     uploaders' pairwise masks hide each upload only inside the group the graph connects it to, so unmasking
-    uploaders that are split into groups would reveal each group's sum (Bell et al. Sec. 3)."""
+    uploaders that are split into groups would reveal each group's sum (Bell et al. Sec. 3).
+
+    ``H(n, K)`` is ``K``-connected (Harary, "The maximum connectivity of a graph", PNAS 1962), as is the complete
+    graph (``K = n - 1``): without fewer than ``K`` of its nodes it stays connected, so only a larger removal
+    takes the breadth-first search (over set intersections, one per node reached)."""
     if not nodes:
         return True
+    degree = min(map(len, graph.values()))
+    if nodes <= graph.keys() and len(graph) - len(nodes) < degree:
+        return True
     start = min(nodes)
-    seen, frontier = {start}, [start]
-    while frontier:
-        node = frontier.pop()
-        for peer in graph[node]:
-            if peer in nodes and peer not in seen:
-                seen.add(peer)
-                frontier.append(peer)
-    return len(seen) == len(nodes)
-
+    unseen, frontier = set(nodes) - {start}, [start]
+    while frontier and unseen:
+        reached = unseen.intersection(graph[frontier.pop()])
+        unseen -= reached
+        frontier.extend(reached)
+    return not unseen

@@ -69,12 +69,17 @@ class _Round:
     shared: frozenset[int] = frozenset()
     uploaded: frozenset[int] = frozenset()
     requests: dict[int, UnmaskRequest] = field(default_factory=dict)
+    holders: dict[int, frozenset[int]] = field(default_factory=dict)
+    """Each silo's share set among ``shared``, worked out on first use (``share_set`` without ``among``)."""
 
     def share_set(self, silo_id: int, among: Collection[int] | None = None) -> frozenset[int]:
         """Silo ``silo_id`` and its neighbours in ``among`` (default: those that shared, ``U2``): after
         ``SHARE_KEYS``, who holds its shares."""
-        among = self.shared if among is None else among
-        return frozenset(peer for peer in self.graph[silo_id] if peer in among) | {silo_id}
+        if among is None:
+            if silo_id not in self.holders:
+                self.holders[silo_id] = self.share_set(silo_id, self.shared)
+            return self.holders[silo_id]
+        return frozenset(filter(among.__contains__, self.graph[silo_id])) | {silo_id}
 
 
 def _recover(shares: list[Share], *, threshold: int, owner: int) -> bytes:
@@ -222,7 +227,7 @@ class SecAggServer(ServerProtocol):
                 or message.ciphertexts.keys() != expected
             ):
                 raise ProtocolStateError(f"server: silo {silo_id} did not send shares for exactly {sorted(expected)}")
-        state.shared = frozenset(inbound)
+        state.shared, state.holders = frozenset(inbound), {}
         self._require_threshold(state, inbound.keys(), "shared")
         state.next_step = SecAggStage.COLLECT_SHARES.name
         return {

@@ -17,11 +17,14 @@ many silos checks each signature once, however many of its silos see it.
 from __future__ import annotations
 
 import hashlib
+import struct
 from functools import lru_cache
 from typing import Iterable, Mapping
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from protocols.secure_aggregation.messages import RoundRoster
 
 ADVERTISEMENT_LABEL = b"privsilo secagg signed round keys v1"
 UPLOADERS_LABEL = b"privsilo secagg consistency: uploaders v1"
@@ -46,7 +49,7 @@ def advertisement_message(round_index: int, sender: int, mask_public_key: bytes,
 def uploaders_message(round_index: int, uploaders: Iterable[int]) -> bytes:
     """What a silo signs in the consistency round: the round and the sorted set of silos claimed to have uploaded."""
     ids = sorted(set(uploaders))
-    return UPLOADERS_LABEL + round_index.to_bytes(12, "big") + len(ids).to_bytes(8, "big") + b"".join(i.to_bytes(8, "big") for i in ids)
+    return UPLOADERS_LABEL + round_index.to_bytes(12, "big") + len(ids).to_bytes(8, "big") + struct.pack(f">{len(ids)}Q", *ids)
 
 
 def sign(secret: bytes, message: bytes) -> bytes:
@@ -63,14 +66,24 @@ def verified(public_key: bytes, message: bytes, signature: bytes) -> bool:
     return True
 
 
-def graph_seed(round_index: int, keys: Mapping[int, tuple[bytes, bytes]]) -> int:
-    """The seed of round ``round_index``'s graph relabelling: SHA-256 of every advertised key pair, by silo id.
+def graph_seed(round_index: int, keys: Mapping[int, tuple[bytes, ...]]) -> int:
+    """The seed of round ``round_index``'s graph relabelling: SHA-256 of every advertised key pair (the first two
+    entries of ``keys[id]``: mask and channel key; a signature after them is left out), by silo id.
 
     It exists only once every advertiser has drawn its fresh keys of the round, so nobody (the server included)
     knows a round's graph before its keys are fixed; a coalition chosen before then cannot have been chosen for
     the graph."""
     digest = hashlib.sha256(GRAPH_SEED_LABEL + round_index.to_bytes(12, "big"))
-    for silo_id in sorted(keys):
-        mask, channel = keys[silo_id]
-        digest.update(silo_id.to_bytes(8, "big") + mask + channel)
+    digest.update(b"".join(silo_id.to_bytes(8, "big") + b"".join(keys[silo_id][:2]) for silo_id in sorted(keys)))
     return int.from_bytes(digest.digest(), "big")
+
+
+_last_roster: list = [None, 0]  # [the last roster object, its seed]
+
+
+def roster_seed(roster: RoundRoster) -> int:
+    """``graph_seed`` of a ``RoundRoster``'s advertised keys, remembered for the last roster object seen: the
+    silos of one worker receive one (unpickled) roster, and each would otherwise hash every key of the round."""
+    if _last_roster[0] is not roster:
+        _last_roster[:] = [roster, graph_seed(roster.round_index, roster.advertised)]
+    return _last_roster[1]

@@ -53,7 +53,7 @@ from protocols.secure_aggregation.sharing import (
 from protocols.secure_aggregation.signatures import (
     IDENTITY_KEY_BYTES,
     advertisement_message,
-    graph_seed,
+    roster_seed,
     identity_public,
     sign,
     uploaders_message,
@@ -235,8 +235,7 @@ class SecAggSilo(SiloProtocol):
                 raise ProtocolStateError(f"{self._who()}: the keys relayed for silo {peer} do not carry its signature")
         if not advertised.keys() <= set(roster.participants):
             raise ProtocolStateError(f"{self._who()}: keys advertised by silos outside the roster")
-        seed = graph_seed(inbound.round_index, {peer: entry[:2] for peer, entry in advertised.items()})
-        graph = round_graph(roster.participants, degree=expected.degree, seed=seed, round_index=inbound.round_index)
+        graph = round_graph(roster.participants, degree=expected.degree, seed=roster_seed(roster), round_index=inbound.round_index)
         neighbours = {peer for peer in graph.get(self.silo_id, ()) if peer in advertised}
         if set(inbound.keys) != neighbours | {self.silo_id}:
             raise ProtocolStateError(f"{self._who()}: the relayed keys are not its neighbours in the round's graph")
@@ -286,7 +285,8 @@ class SecAggSilo(SiloProtocol):
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
         for peer, ciphertext in inbound.ciphertexts.items():
             mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
-            if self.may_lie and not (self.silo_id in holders and peer in holders and len(set(holders)) >= state.threshold):
+            listed = set(holders)
+            if self.may_lie and not (self.silo_id in listed and peer in listed and len(listed) >= state.threshold):
                 raise ProtocolStateError(f"{self._who()}: silo {peer} listed share holders {holders} that cannot be")
             state.shares[peer], state.holders[peer] = (mask_seed_share, self_mask_share), holders
         if len(state.shares) < state.threshold:
