@@ -360,7 +360,7 @@ def _cmd_list(_: argparse.Namespace) -> int:
         print(f"  {name:15s} {entry.value} (registered under {GROUPS['model']})")
     print("partitions: " + ", ".join(PARTITIONS))
     print("protocols: plain sum (default), secure_aggregation (protocol.secure_aggregation: true; dropout recovery; "
-          "protocol.neighbours: all | auto | K for SecAgg+)")
+          "protocol.neighbours: auto (the default where safe) | all | K for SecAgg+)")
     print("server optimizers: " + ", ".join(SERVER_OPTIMIZERS) + " (federation.server_optimizer: NAME or {name: NAME, ...}; "
           "FedProx: federation.proximal_mu)")
     print("attacks: dlg, idlg (privsilo attack; the scenario's attack: block)")

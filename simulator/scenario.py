@@ -191,8 +191,8 @@ class ProtocolConfig(_Block):
     """A round in which fewer silos are sampled is skipped (no training, no privacy cost; `skipped` in `metrics.csv`). Default 2 with secure aggregation (one masked update is its own sum, so at least 2 there), else 1; at most `data.silos`."""
     threshold: int | None = None
     """Secure aggregation's Shamir threshold: how many of a silo's share holders (itself and its neighbours) must answer to unmask it; `null`: a majority of them (with `neighbours: auto`: chosen with it). At least 2, at most the silos that share."""
-    neighbours: int | Literal["all", "auto"] = "all"
-    """Secure aggregation's graph: `all` (every pair of participants masks and shares), a number K (SecAgg+: a random K-regular Harary graph per round, K+1 if K and the round size are odd), or `auto` (K and threshold from `corrupt_fraction` and `dropout_rate`, security failure <= 2^-40, unmaskable rounds <= 2^-20)."""
+    neighbours: int | Literal["all", "auto"] | None = None
+    """Secure aggregation's graph: `all` (every pair of participants masks and shares), a number K (SecAgg+: a random K-regular Harary graph per round, K+1 if K and the round size are odd), or `auto` (K and threshold from `corrupt_fraction` and `dropout_rate`, security failure <= 2^-40, unmaskable rounds <= 2^-20). Unset: `auto` wherever it has safe parameters for `data.silos` (it never shares more widely than `all`), else `all` (and with a `threshold`); `summary.json` says which and why."""
     corrupt_fraction: float = Field(0.05, allow_inf_nan=False)
     """Assumed fraction of silos colluding with the server, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
     dropout_rate: float = Field(0.05, allow_inf_nan=False)
@@ -203,7 +203,7 @@ class ProtocolConfig(_Block):
     @field_validator("neighbours", mode="before")
     @classmethod
     def _all_auto_or_count(cls, value: Any) -> Any:
-        if value in ("all", "auto") or (isinstance(value, int) and not isinstance(value, bool)):
+        if value is None or value in ("all", "auto") or (isinstance(value, int) and not isinstance(value, bool)):
             return value
         raise ValueError("must be 'all', 'auto' or a whole number >= 1 of neighbours")
 
@@ -788,17 +788,18 @@ def _check_protocol(scenario: Scenario) -> None:
         if not 0 <= getattr(protocol, name) < 1:
             raise ScenarioError(f"protocol.{name}", getattr(protocol, name), "must be in [0, 1)")
     neighbours = protocol.neighbours
-    if neighbours not in ("all", "auto") and not 1 <= neighbours <= silos - 1:
+    if neighbours not in (None, "all", "auto") and not 1 <= neighbours <= silos - 1:
         raise ScenarioError("protocol.neighbours", neighbours, f"must be 'all', 'auto' or a number in [1, data.silos - 1 = {silos - 1}]")
     if protocol.threshold is not None:
         if neighbours == "auto":
             raise ScenarioError("protocol.threshold", protocol.threshold, "must be null with neighbours: auto, which chooses it")
-        sharing = silos if neighbours == "all" else min(neighbours + 1, silos)
+        complete = neighbours in (None, "all")  # unset with a threshold: the complete graph
+        sharing = silos if complete else min(neighbours + 1, silos)
         if not 2 <= protocol.threshold <= sharing:
             raise ScenarioError(
                 "protocol.threshold", protocol.threshold,
                 f"must be in [2, {sharing}]: at least 2 (one share would be the secret), at most the {sharing} silos that "
-                + ("share (data.silos)" if neighbours == "all" else "share (neighbours + 1)"),
+                + ("share (data.silos)" if complete else "share (neighbours + 1)"),
             )
         if protocol.server == "may_lie" and 2 * protocol.threshold <= sharing:
             raise ScenarioError("protocol.threshold", protocol.threshold,

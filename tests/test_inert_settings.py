@@ -79,7 +79,7 @@ def test_a_secure_aggregation_key_without_secure_aggregation_is_refused(key, val
 
 def test_secure_aggregation_keys_at_their_defaults_are_accepted_without_it():
     """A resolved scenario (summary.json's config, a sweep's journal) writes them out at their defaults."""
-    plain = validate_scenario(small_scenario(protocol={"secure_aggregation": False, "neighbours": "all", "threshold": None}))
+    plain = validate_scenario(small_scenario(protocol={"secure_aggregation": False, "neighbours": None, "threshold": None}))
     assert validate_scenario(plain.to_dict()) == plain
 
 

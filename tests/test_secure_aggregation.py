@@ -34,6 +34,7 @@ from protocols.secure_aggregation import (
     SERVER_MODELS,
     GraphSettings,
     auto_parameters,
+    default_neighbours,
     derive_pairwise_key,
     excess_dropouts,
     excess_warning,
@@ -675,6 +676,25 @@ def test_the_parameter_report_for_summary_json() -> None:
     assert "1 round(s) lost more silos" in excess_warning(summary["dropouts_beyond_assumption"], dropout_rate=0.05)
     assert round_parameters(9, neighbours=3, threshold=None).degree == 4  # odd K with odd n: K + 1
     assert round_parameters(9, neighbours=8, threshold=None).degree is None
+
+
+def test_unset_neighbours_take_auto_where_it_is_safe_and_summary_json_says_why() -> None:
+    """The default graph: auto (never wider share sets than all) wherever it has safe parameters for the
+    federation, else all; the choice and its reason go to summary.json."""
+    chosen, why = default_neighbours(1000, threshold=None)
+    parameters = auto_parameters(1000, federation=1000)[0]
+    assert chosen == "auto" and f"K = {parameters.degree}, threshold {parameters.threshold}" in why and "1000 silos" in why
+    assert default_neighbours(1000, threshold=None, server="may_lie")[0] == "auto"
+    assert default_neighbours(5, threshold=None)[0] == "auto"  # auto's complete graph, its own threshold
+    assert default_neighbours(20, threshold=7) == ("all", "protocol.threshold = 7 is set, which only the complete graph or a fixed K takes")
+    assert default_neighbours(2, threshold=None)[0] == "all" and "no safe parameters" in default_neighbours(2, threshold=None)[1]
+    settings = GraphSettings(None, None, 0.05, 0.05, 1000, "honest_but_curious")
+    assert settings.for_round(1000) == parameters and settings.for_round(300) == auto_parameters(300, federation=1000)[0]
+    assert run_report(settings, [(0, 1000, 0)])["graph"] == {"setting": "default", "chosen": "auto", "why": why}
+    assert run_report(GraphSettings("all", None, 0.05, 0.05, 10, "honest_but_curious"), [(0, 10, 0)])["graph"] == {"setting": "all"}
+    assert GraphSettings(None, 3, 0.05, 0.05, 5, "honest_but_curious").for_round(5) == round_parameters(5, neighbours="all", threshold=3)
+    resolved = validate_scenario(small_scenario(data={"silos": 5}, protocol={"secure_aggregation": True}))
+    assert resolved.protocol.neighbours is None
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,8 @@ SERVER_MODELS = ("honest_but_curious", "may_lie")
 """What the silos assume of the server (``protocol.server``): it follows the protocol, or it may lie to silos
 about who advertised, shared and uploaded (then keys are signed and unmasking waits for the consistency round)."""
 
-Neighbours = Union[Literal["all", "auto"], int]
+Neighbours = Union[Literal["all", "auto"], int, None]
+"""``"all"``, ``"auto"``, a degree ``K``, or ``None``: the default, [`default_neighbours`][protocols.secure_aggregation.parameters.default_neighbours]'s choice."""
 ServerModel = Literal["honest_but_curious", "may_lie"]
 
 
@@ -221,17 +222,44 @@ def auto_parameters(
 
 
 def check_settings(neighbours: Neighbours, threshold: int | None, server: str = "honest_but_curious") -> None:
-    """Raise ``ValueError`` unless ``neighbours`` is ``"all"``, ``"auto"`` or an int >= 1, ``threshold`` is
+    """Raise ``ValueError`` unless ``neighbours`` is ``None``, ``"all"``, ``"auto"`` or an int >= 1, ``threshold`` is
     ``None`` or an int >= 2 (one share would be the secret), ``None`` with ``"auto"`` (which chooses it), and
     ``server`` one of ``SERVER_MODELS``."""
-    if not (neighbours in ("all", "auto") or (isinstance(neighbours, int) and not isinstance(neighbours, bool) and neighbours >= 1)):
-        raise ValueError(f"neighbours must be 'all', 'auto' or an int >= 1, got {neighbours!r}")
+    if not (neighbours is None or neighbours in ("all", "auto")
+            or (isinstance(neighbours, int) and not isinstance(neighbours, bool) and neighbours >= 1)):
+        raise ValueError(f"neighbours must be None, 'all', 'auto' or an int >= 1, got {neighbours!r}")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2):
         raise ValueError(f"threshold must be None or an int >= 2 (one share would be the secret), got {threshold!r}")
     if neighbours == "auto" and threshold is not None:
         raise ValueError("neighbours 'auto' chooses the threshold; leave threshold unset")
     if server not in SERVER_MODELS:
         raise ValueError(f"server must be one of {SERVER_MODELS}, got {server!r}")
+
+
+def default_neighbours(
+    federation: int, *, threshold: int | None, corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION,
+    dropout_rate: float = DEFAULT_DROPOUT_RATE, server: ServerModel = "honest_but_curious",
+) -> tuple[Literal["all", "auto"], str]:
+    """The graph an unset ``neighbours`` stands for in a federation of ``federation`` silos, and why.
+
+    ``auto`` wherever it has safe parameters for a round of every silo: its share sets are never larger than the
+    complete graph's (it tries the complete graph last) and its threshold is the smallest that meets the bounds,
+    so ``all`` would cost at least as much, quadratically more at scale. ``all`` where a ``threshold`` is given
+    (``auto`` chooses its own) or ``auto`` finds no safe parameters (the rounds then run with the bounds that
+    ``summary.json`` reports for ``all``)."""
+    if threshold is not None:
+        return "all", f"protocol.threshold = {threshold} is set, which only the complete graph or a fixed K takes"
+    try:
+        chosen, _ = auto_parameters(federation, corrupt_fraction=corrupt_fraction, dropout_rate=dropout_rate,
+                                    federation=federation, server=server)
+    except ValueError as error:
+        return "all", f"auto has no safe parameters for a round of all {federation} silos ({error})"
+    majority = federation // 2 + 1
+    if chosen.degree is None:
+        return "auto", (f"auto's complete graph with threshold {chosen.threshold} meets the bounds; all would take a "
+                        f"majority of {majority}")
+    return "auto", (f"auto's share sets of {chosen.share_set} silos (K = {chosen.degree}, threshold {chosen.threshold}) "
+                    f"meet the bounds; all would share among all {federation} silos with threshold {majority}")
 
 
 def round_parameters(
@@ -246,13 +274,16 @@ def round_parameters(
 ) -> RoundParameters:
     """Degree, threshold and share-set size for a round of ``n`` participants.
 
-    ``neighbours``: ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
+    ``neighbours``: ``None`` (``default_neighbours`` for the federation), ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
     ``None``) or ``K >= 1`` (``H(n, K)``, complete once ``K >= n - 1``). ``threshold`` ``None`` is a majority of
     the share set. Raises ``ValueError`` for parameters no round of ``n`` can run safely: a threshold below 2 (one
     share would be the secret), above the share set (nothing could ever be recovered) or, when the server may
     lie, not above half the share set (two disjoint groups of honest holders could each sign a different story).
     """
     check_settings(neighbours, threshold, server)
+    if neighbours is None:
+        neighbours = default_neighbours(n if federation is None else federation, threshold=threshold,
+                                        corrupt_fraction=corrupt_fraction, dropout_rate=dropout_rate, server=server)[0]
     if neighbours == "auto":
         return auto_parameters(n, corrupt_fraction=corrupt_fraction, dropout_rate=dropout_rate, federation=federation,
                                server=server)[0]
@@ -279,7 +310,7 @@ class GraphSettings:
     participants (both sides resolve it alike, and a silo refuses a round whose relayed threshold differs).
     ``federation``: the number of silos rounds are sampled from (``None``: every round holds all of them)."""
 
-    neighbours: Neighbours = "all"
+    neighbours: Neighbours = None
     threshold: int | None = None
     corrupt_fraction: float = DEFAULT_CORRUPT_FRACTION
     dropout_rate: float = DEFAULT_DROPOUT_RATE
@@ -296,6 +327,17 @@ class GraphSettings:
             n, neighbours=self.neighbours, threshold=self.threshold, corrupt_fraction=self.corrupt_fraction,
             dropout_rate=self.dropout_rate, federation=self.federation, server=self.server,
         )
+
+    def graph_choice(self, n: int) -> dict[str, object]:
+        """What ``summary.json`` says of the graph setting for rounds of up to ``n`` participants: ``{"setting": K,
+        "all" or "auto"}``, or, left unset, ``{"setting": "default", "chosen": "auto" or "all", "why": ...}``."""
+        if self.neighbours is not None:
+            return {"setting": self.neighbours}
+        chosen, why = default_neighbours(
+            n if self.federation is None else self.federation, threshold=self.threshold,
+            corrupt_fraction=self.corrupt_fraction, dropout_rate=self.dropout_rate, server=self.server,
+        )
+        return {"setting": "default", "chosen": chosen, "why": why}
 
     def report(self, n: int) -> dict[str, object]:
         """What ``summary.json`` says of rounds of ``n`` participants: ``{"round_size", "neighbours": K or "all",
@@ -334,13 +376,15 @@ def excess_dropouts(rounds: Iterable[tuple[int, int, int]], *, dropout_rate: flo
 
 
 def run_report(settings: GraphSettings, rounds: Iterable[tuple[int, int, int]]) -> dict[str, object]:
-    """``summary.json``'s ``secure_aggregation``: the assumptions, the parameters and bounds of every round size
-    that ran (with how many rounds had it), and the rounds ``(round_index, participants, dropped)`` that lost
+    """``summary.json``'s ``secure_aggregation``: the assumptions, the graph setting (``graph_choice``: with the
+    default, which graph it chose and why), the parameters and bounds of every round size that ran (with how many
+    rounds had it), and the rounds ``(round_index, participants, dropped)`` that lost
     more silos than assumed (``excess_dropouts``)."""
     rounds = list(rounds)
     sizes = Counter(n for _, n, _ in rounds if n)
     return {
         "server": settings.server,
+        "graph": settings.graph_choice(max(sizes, default=2)),
         "federation": settings.federation,
         "corrupt_fraction": settings.corrupt_fraction,
         "dropout_rate": settings.dropout_rate,
