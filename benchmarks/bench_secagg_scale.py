@@ -8,6 +8,9 @@ started once and reused. For every silo count, each repeat runs one federation p
 ``all``, ``auto``), in turn, so that all see the same machine load; each federation runs two rounds (the first
 warms up) and the second is measured. Reported as medians over repeats: the round's wall seconds at the driver and
 its ratio to ``none`` in the same repeat (median of the per-repeat ratios; goal for ``auto`` at 1,000: <= 1.5),
+the CPU seconds the round took in every actor process (silo workers and server, ``time.process_time`` in each,
+through ``__ray_call__``) and their ratio to ``none``: on a machine that other work shares, wall seconds follow
+the load while CPU seconds follow the work,
 the protocol's set-up seconds (secure aggregation has no run-level set-up: its key agreement is per round, the
 stages ADVERTISE_KEYS / SHARE_KEYS / COLLECT_SHARES, whose seconds are given separately, measured by
 ``round_parts.TimedServer``), the slowest silo's protection of its upload (masking), the server's unmasking and
@@ -47,6 +50,15 @@ def scenario(silos: int, graph: str, *, local_steps: int) -> dict:
     }
 
 
+def _process_cpu(_actor: object) -> float:
+    return time.process_time()
+
+
+def actor_cpu_seconds(federation: Federation) -> float:
+    """CPU seconds used so far by the federation's actor processes (every silo worker and the server)."""
+    return sum(ray.get([actor.__ray_call__.remote(_process_cpu) for actor in (*federation.workers, federation.server)]))
+
+
 def measure(silos: int, graph: str, *, local_steps: int) -> dict:
     """One federation: start-up, then two rounds; the second is measured."""
     started = time.perf_counter()
@@ -55,15 +67,17 @@ def measure(silos: int, graph: str, *, local_steps: int) -> dict:
         first = time.perf_counter()
         federation.run_round(0)
         first = time.perf_counter() - first
-        second = time.perf_counter()
+        cpu, second = actor_cpu_seconds(federation), time.perf_counter()
         report = federation.run_round(1)
         second = time.perf_counter() - second
+        cpu = actor_cpu_seconds(federation) - cpu
         parts = ray.get(federation.server.round_parts.remote())
         received = view_bytes(ray.get(federation.server.last_round_view.remote()))
         workers = len(federation.packing)
         setup = federation.timing["protocol_setup_seconds"]
     return {
         "startup": entered - started, "setup": setup, "first": first, "round": second, "server_round": report.seconds,
+        "cpu": cpu,
         "keys": sum(parts.get(stage, 0.0) for stage in KEY_STAGES),
         "relay": sum(v for k, v in parts.items() if k.startswith("server ")),
         "train": parts.get("train+protect", 0.0), "unmask": parts.get("unmask answers", 0.0),
@@ -92,20 +106,23 @@ def main() -> None:
                 for graph in graphs:
                     runs[graph].append(measure(silos, graph, local_steps=args.local_steps))
                     print(f"{silos} silos, {graph}, repeat {repeat + 1}: round {runs[graph][-1]['round']:.2f} s, "
+                          f"actor CPU {runs[graph][-1]['cpu']:.2f} s, "
                           f"load {loadavg()}", flush=True)
             for graph in graphs:
                 ms = runs[graph]
-                ratio = median([m["round"] / b["round"] for m, b in zip(ms, runs["none"])]) if "none" in runs else float("nan")
+                ratios = [median([m[key] / b[key] for m, b in zip(ms, runs["none"])]) if "none" in runs else float("nan")
+                          for key in ("round", "cpu")]
                 rows.append((silos, graph, ms[0]["workers"], {k: median([m[k] for m in ms]) for k in ms[0] if k not in ("abandoned",)},
-                             ratio, sum(m["abandoned"] for m in ms)))
+                             ratios, sum(m["abandoned"] for m in ms)))
     print(f"\ndigits MLP, mechanism none, {args.local_steps} local steps, median of {args.repeats} interleaved repeats "
           f"(second round of each federation); load average at the end {loadavg()}")
-    print("| silos | graph | workers | round s | round / none | key stages s | server relay s | train+protect s "
-          "| slowest silo masking s | unmask answers s | server combine s | first round s | protocol set-up s "
-          "| MB received by server | abandoned |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for silos, graph, workers, m, ratio, abandoned in rows:
-        print(f"| {silos} | {graph} | {workers} | {m['round']:.2f} | {ratio:.2f} | {m['keys']:.2f} | {m['relay']:.2f} | "
+    print("| silos | graph | workers | round s | round / none | actor CPU s | CPU / none | key stages s | server relay s "
+          "| train+protect s | slowest silo masking s | unmask answers s | server combine s | first round s "
+          "| protocol set-up s | MB received by server | abandoned |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for silos, graph, workers, m, (ratio, cpu_ratio), abandoned in rows:
+        print(f"| {silos} | {graph} | {workers} | {m['round']:.2f} | {ratio:.2f} | {m['cpu']:.2f} | {cpu_ratio:.2f} | "
+              f"{m['keys']:.2f} | {m['relay']:.2f} | "
               f"{m['train']:.2f} | {m['masking']:.3f} | {m['unmask']:.2f} | {m['combine']:.2f} | {m['first']:.2f} | "
               f"{m['setup']:.3f} | {m['bytes'] / 1e6:.2f} | {abandoned} |")
 
