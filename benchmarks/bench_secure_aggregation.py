@@ -40,7 +40,7 @@ from protocols.plain import PlainSumServer, PlainSumSilo
 from protocols.secure_aggregation import SecAggServer, SecAggSilo, auto_parameters, round_parameters
 from protocols.secure_aggregation import server as server_module
 from protocols.secure_aggregation import silo as silo_module
-from protocols.secure_aggregation import sharing
+from protocols.secure_aggregation import masks, sharing
 
 STEPS = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES", "protect", "unmask")
 PARTS = ("key agreement", "Shamir", "AES-GCM", "PRG", "other")
@@ -77,9 +77,10 @@ def instrumented(clock: Clock) -> Iterator[None]:
         (silo_module, "mask_private_key", "key agreement"), (server_module, "mask_private_key", "key agreement"),
         (silo_module, "public_bytes", "key agreement"),
         (silo_module, "split", "Shamir"), (server_module, "recover", "Shamir"),
-        (sharing.Channel, "__init__", "key agreement"),
+        (silo_module, "channel_key", "key agreement"),
+        (sharing.Channel, "__init__", "AES-GCM"),
         (sharing.Channel, "seal", "AES-GCM"), (sharing.Channel, "open", "AES-GCM"),
-        (silo_module.MaskStreams, "write", "PRG"),
+        (masks.MaskStreams, "write", "PRG"),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:
