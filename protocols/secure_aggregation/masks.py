@@ -7,12 +7,11 @@ import sys
 from typing import Sequence
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from protocols.base import read_only
+from protocols.kdf import hkdf_sha256
 
 PAIRWISE_KEY_LABEL = b"privsilo secure aggregation pairwise mask key v1"
 SELF_MASK_LABEL = b"privsilo secure aggregation self-mask key v1"
@@ -31,7 +30,7 @@ def derive_pairwise_key(
     shared_secret = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
     low, high = sorted((own_id, peer_id))
     info = PAIRWISE_KEY_LABEL + low.to_bytes(8, "big") + high.to_bytes(8, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared_secret)
+    return hkdf_sha256(shared_secret, info)
 
 
 def mask_stream(pairwise_key: bytes, *, round_index: int, length: int) -> np.ndarray:
@@ -87,4 +86,4 @@ def self_mask_key(self_mask_seed: bytes, *, silo_id: int, round_index: int) -> b
     """The 32-byte ChaCha20 key of silo ``silo_id``'s self-mask ``PRG(b)`` in round ``round_index``: HKDF-SHA256
     of the 16-byte seed ``b`` (Bonawitz et al., round 2: ``p_u = PRG(b_u)``)."""
     info = SELF_MASK_LABEL + silo_id.to_bytes(8, "big") + round_index.to_bytes(12, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(self_mask_seed)
+    return hkdf_sha256(self_mask_seed, info)

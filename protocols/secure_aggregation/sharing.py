@@ -17,14 +17,13 @@ import struct
 from typing import Sequence
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from protocols.base import ProtocolStateError
 from protocols.crypto_random import CryptoRandom
+from protocols.kdf import hkdf_sha256
 
 SEED_BYTES = 16
 """Length of the shared secrets: the mask seed and the self-mask seed."""
@@ -47,7 +46,7 @@ def mask_private_key(mask_seed: bytes, *, silo_id: int, round_index: int) -> X25
     """Silo ``silo_id``'s X25519 mask key of round ``round_index``: HKDF-SHA256 of its 16-byte mask seed."""
     info = MASK_KEY_LABEL + silo_id.to_bytes(8, "big") + _round_bytes(round_index)
     return X25519PrivateKey.from_private_bytes(
-        HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(mask_seed)
+        hkdf_sha256(mask_seed, info)
     )
 
 
@@ -112,7 +111,7 @@ def channel_key(
     low, high = sorted((own_id, peer_id))
     info = CHANNEL_KEY_LABEL + low.to_bytes(8, "big") + high.to_bytes(8, "big") + _round_bytes(round_index)
     secret = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+    return hkdf_sha256(secret, info)
 
 
 def holder_list(holders: Sequence[int]) -> bytes:
