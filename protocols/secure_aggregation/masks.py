@@ -16,8 +16,8 @@ from protocols.kdf import hkdf_sha256
 PAIRWISE_KEY_LABEL = b"privsilo secure aggregation pairwise mask key v1"
 SELF_MASK_LABEL = b"privsilo secure aggregation self-mask key v1"
 _WORD_BYTES = 8
-_BLOCK_ROWS = 64
-"""Streams expanded at once by ``mask_sum`` (64 rows of the digits MLP's 5,130 words: 2.6 MB)."""
+_BLOCK_ROWS = 16
+"""Streams expanded at once by ``mask_sum`` (16 rows of the digits MLP's 55,210 words: 7 MB)."""
 
 
 def derive_pairwise_key(
