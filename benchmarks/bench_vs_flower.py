@@ -14,8 +14,9 @@ against pfl at 100 silos and <= 1.5 at 10) and the final test accuracies.
 Every side trains the same network from the same initial weights on the same split (exported to an ``.npz`` from
 privsilo's own data loading and IID partition), with plain SGD on the same batches (each silo's generator seeded
 as privsilo seeds it and kept across rounds), weighted by the silos' record counts, and evaluates the global model
-on the same test split; the script prints in how many rounds an anchor's test accuracy differs from privsilo's
-(float rounding only: expected 0). privsilo uses two silo worker actors of one CPU, hosting half the silos each (its
+on the same test split; the script prints in how many rounds an anchor's test accuracy differs from privsilo's,
+and each side's from a plain PyTorch loop over the same batches (``reference_fedavg.py``) (float rounding only:
+expected 0). privsilo uses two silo worker actors of one CPU, hosting half the silos each (its
 server actor holds no CPU share), Flower one worker actor per CPU (``client_resources.num_cpus = 1``, its ServerApp
 in the driver), pfl its one process.
 Neither Flower nor pfl is a dependency of privsilo: ``bash benchmarks/flower_env.sh`` and ``bash
