@@ -108,14 +108,14 @@ TABLE_HEADER = ("| setting | canaries (direction) | view | claim (PLD where give
 
 def table_row(row: dict[str, object]) -> str:
     """One line of the README's table from ``one_setting``'s dict."""
-    def figure(value: object, digits: int = 3) -> str:
-        return "-" if value is None else f"{value:.{digits}g}"
+    def figure(value: object) -> str:
+        return "-" if value is None else f"{value:.2f}"
 
     claim = row["claimed (PLD)"] if row["claimed (PLD)"] is not None else row["claimed (RDP)"]
     gdp_epsilon, gdp_mu = row["GDP bound (epsilon, mu)"]
     return (f"| {row['setting']} | {row['canaries']:,} ({row['canary direction']}) | {row['view']} | {figure(claim)} | "
-            f"{figure(row['ceiling'])} | {figure(row['lower bound'])} | {figure(gdp_epsilon)} (mu {figure(gdp_mu, 2)}) | "
-            f"{figure(row['bound / claim'], 2)}, {figure(row['GDP bound / claim'], 2)} | {figure(row['signal to noise'], 3)} | "
+            f"{figure(row['ceiling'])} | {figure(row['lower bound'])} | {figure(gdp_epsilon)} (mu {figure(gdp_mu)}) | "
+            f"{figure(row['bound / claim'])}, {figure(row['GDP bound / claim'])} | {figure(row['signal to noise'])} | "
             f"{row['audit seconds']:.0f} |")
 
 
