@@ -47,9 +47,9 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
     **{f"uldp_digits_avg_w_s{sigma}": ("audits/uldp_digits.yaml", [f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0")},
-    **{f"uldp_digits_avg_w_s1.0_{direction}": ("audits/uldp_digits.yaml", ["mechanism.noise_multiplier=1.0", "mechanism.accountant=pld",
-                                                                          f"audit.canary_direction={direction}"])
-       for direction in ("dirac", "quiet")},
+    **{f"uldp_digits_avg_w_s{sigma}_{direction}": ("audits/uldp_digits.yaml", [f"mechanism.noise_multiplier={sigma}",
+                                                                             "mechanism.accountant=pld", f"audit.canary_direction={direction}"])
+       for sigma, direction in (("1.0", "dirac"), ("1.0", "quiet"), ("0.5", "quiet"))},
     "pldp_mnist_eps2": ("pldp/mnist.yaml", ["data.silos=10", "federation.rounds=3"]),
     "dprivacy_rotated_mnist_clipped": ("dprivacy/rotated_mnist.yaml", []),
     "dprivacy_rotated_mnist_paper": ("dprivacy/rotated_mnist.yaml", ["mechanism.calibration=paper", "mechanism.radius=null"]),
