@@ -60,11 +60,14 @@ def gradient_activity(model, dataset: Dataset, rng: np.random.Generator) -> np.n
     from mechanisms.base import prediction_loss
 
     records = rng.choice(len(dataset.y_train), size=min(QUIET_SAMPLE, len(dataset.y_train)), replace=False)
-    total = torch.zeros(sum(parameter.numel() for parameter in model.parameters()), dtype=torch.float64)
+    parameters = list(model.parameters())
+    total = torch.zeros(sum(parameter.numel() for parameter in parameters), dtype=torch.float64)
+    model.eval()  # no dropout draw from torch's global generator
     for record in records:
-        model.zero_grad()
+        model.zero_grad(set_to_none=True)
         prediction_loss(model(torch.as_tensor(dataset.x_train[record:record + 1])), torch.as_tensor(dataset.y_train[record:record + 1])).backward()
-        total += torch.cat([parameter.grad.reshape(-1) for parameter in model.parameters()]).abs().double()
+        # a parameter the loss does not reach has no gradient: it is as quiet as can be
+        total += torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]).abs().double()
     return (total / len(records)).numpy()
 
 
