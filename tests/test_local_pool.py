@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -28,10 +29,12 @@ GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded 
 
 
 @pytest.fixture
-def state_dir(tmp_path, monkeypatch) -> Path:
+def state_dir(tmp_path, monkeypatch) -> Iterator[Path]:
+    """The test's own state directory; a pool the test left running (it failed midway) is stopped afterwards."""
     path = tmp_path / "state"
     monkeypatch.setenv("PRIVSILO_STATE_DIR", str(path))
-    return path
+    yield path
+    local_pool.stop()
 
 
 def privsilo(*args: str, code: int = 0) -> subprocess.CompletedProcess:
@@ -189,3 +192,4 @@ def test_the_ready_driver_runs_a_command_as_its_own_process_would_and_only_for_t
     assert err.splitlines()[-1].startswith("privsilo: interrupted; no results were written")
     wait_until_gone({driver})
     assert not (tmp_path / "interrupted" / "summary.json").exists()
+    privsilo("pool", "stop")
