@@ -1,12 +1,15 @@
 """Start-up of the quickstart's whole command: cold (``privsilo run`` starting its own Ray) against warm (the same
-command after ``privsilo pool start``, whose local pool holds the actors of an earlier run).
+command after ``privsilo pool start``, whose local pool holds the actors of an earlier run and a ready driver).
 
 Starts the local pool (``privsilo pool start``, in a state directory of this script's own, so no other pool is
 seen; stopped at the end with ``privsilo pool stop``), runs the command once to fill the pool, then repeats,
 alternating the order each repetition:
 
 - ``cold``: ``privsilo run SCENARIO`` without a local pool (a fresh local Ray);
-- ``warm``: ``privsilo run SCENARIO`` with the local pool running (no ``--address``);
+- ``warm``: ``privsilo run SCENARIO`` with the local pool running (no ``--address``), once its ready driver
+  listens (``simulator.ready_driver``: the command runs there, in a process that imported torch and Ray ahead);
+- ``warm-own-process``: the same with ``PRIVSILO_READY_DRIVER=0``: the command runs in its own interpreter, on the
+  pool's warm actors (what the ready driver saves is the difference);
 - ``baseline:DIR`` (with ``--baseline DIR``, repeatable): the cold command from another checkout
   (``PYTHONPATH=DIR``), e.g. the commit before a start-up change.
 
@@ -56,6 +59,26 @@ def timed_run(scenario: Path, out: Path, *, env: dict[str, str]) -> dict:
     return {"wall": wall, "startup": startup, "out": out}
 
 
+def wait_for_ready_driver(state_dir: Path, timeout: float = 300.0) -> int:
+    """The pid of the pool's ready driver once it listens (it loads torch and Ray after the previous one exits)."""
+    deadline = time.monotonic() + timeout
+    while not (state_dir / "ready-driver.sock").exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"bench_startup: no ready driver listened within {timeout:g} s (see {state_dir / 'local-pool.log'})")
+        time.sleep(0.1)
+    return json.loads((state_dir / "local-pool.json").read_text())["driver"][0]
+
+
+def driver_served(state_dir: Path, pid: int) -> bool:
+    """Whether the driver ``pid`` ran the command: a driver exits after its one command, and the pool records the next."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if json.loads((state_dir / "local-pool.json").read_text())["driver"][0] != pid:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def same_results(a: Path, b: Path) -> bool:
     """metrics.csv without wall times and every tensor of model.pt equal."""
     import torch
@@ -83,7 +106,8 @@ def main() -> None:
     # Cold commands look for a pool where there is none; warm ones find the pool this script starts.
     cold_env = {**os.environ, "PYTHONPATH": str(REPO), "PRIVSILO_STATE_DIR": str(work / "no-pool")}
     warm_env = {**cold_env, "PRIVSILO_STATE_DIR": str(work / "pool")}
-    arms: dict[str, dict[str, str]] = {"cold": cold_env, "warm": warm_env}
+    arms: dict[str, dict[str, str]] = {"cold": cold_env, "warm": warm_env,
+                                       "warm-own-process": {**warm_env, "PRIVSILO_READY_DRIVER": "0"}}
     for checkout in args.baseline:
         arms[f"baseline:{checkout.name}"] = {**cold_env, "PYTHONPATH": str(checkout.resolve())}
     load_before = os.getloadavg()
@@ -94,16 +118,20 @@ def main() -> None:
         first = timed_run(args.scenario, work / "first", env=warm_env)
         print(f"first run on the local pool (fills it): {first['wall']:.1f} s, start-up {first['startup']:.2f} s", flush=True)
         rows: dict[str, list[dict]] = {arm: [] for arm in arms}
+        served: list[bool] = []
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(reversed(arms))
             for arm in order:
+                driver = wait_for_ready_driver(work / "pool")  # no arm shares the CPUs with a driver still loading
                 rows[arm].append(timed_run(args.scenario, work / f"{arm}{repeat}", env=arms[arm]))
+                if arm == "warm":
+                    served.append(driver_served(work / "pool", driver))
             print(f"repeat {repeat + 1}: " + ", ".join(f"{arm} {rows[arm][-1]['wall']:.1f} s (start-up "
                                                       f"{rows[arm][-1]['startup']:.2f} s)" for arm in arms), flush=True)
     finally:
         privsilo("pool", "stop", env=warm_env)
     reference = rows["cold"][0]["out"]
-    identical = all(same_results(reference, row["out"]) for arm in ("cold", "warm") for row in rows[arm])
+    identical = all(same_results(reference, row["out"]) for arm in arms if not arm.startswith("baseline") for row in rows[arm])
     shutil.rmtree(work)
     load_after = os.getloadavg()
     median = {arm: {key: statistics.median(row[key] for row in rows[arm]) for key in ("wall", "startup")} for arm in arms}
@@ -115,6 +143,7 @@ def main() -> None:
     print(f"warm goals: wall {median['warm']['wall']:.2f} s <= {WARM_WALL_GOAL_S:g} s: "
           f"{'met' if median['warm']['wall'] <= WARM_WALL_GOAL_S else 'missed'}; start-up {median['warm']['startup']:.2f} s "
           f"<= {WARM_STARTUP_GOAL_S:g} s: {'met' if median['warm']['startup'] <= WARM_STARTUP_GOAL_S else 'missed'}")
+    print(f"every warm command was run by the ready driver: {all(served)} ({sum(served)} of {len(served)})")
     print(f"metrics.csv (without wall times) and model.pt of every cold and warm run equal the first cold run's: {identical}")
 
 

@@ -14,8 +14,9 @@ against pfl at 100 silos and <= 1.5 at 10) and the final test accuracies.
 Every side trains the same network from the same initial weights on the same split (exported to an ``.npz`` from
 privsilo's own data loading and IID partition), with plain SGD on the same batches (each silo's generator seeded
 as privsilo seeds it and kept across rounds), weighted by the silos' record counts, and evaluates the global model
-on the same test split; the script prints in how many rounds an anchor's test accuracy differs from privsilo's
-(float rounding only: expected 0). privsilo uses two silo worker actors of one CPU, hosting half the silos each (its
+on the same test split; the script prints in how many rounds an anchor's test accuracy differs from privsilo's,
+and each side's from a plain PyTorch loop over the same batches (``reference_fedavg.py``) (float rounding only:
+expected 0). privsilo uses two silo worker actors of one CPU, hosting half the silos each (its
 server actor holds no CPU share), Flower one worker actor per CPU (``client_resources.num_cpus = 1``, its ServerApp
 in the driver), pfl its one process.
 Neither Flower nor pfl is a dependency of privsilo: ``bash benchmarks/flower_env.sh`` and ``bash
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from reference_fedavg import fedavg_accuracies
 from workload import CPUS, SILOS, fedavg_scenario
 
 HERE = Path(__file__).resolve().parent
@@ -121,6 +123,8 @@ def compare(args: argparse.Namespace, silos: int) -> None:
     raw = fedavg_scenario(name="bench_vs_flower", rounds=args.rounds, local_steps=args.local_steps, silos=silos)
     work = Path(tempfile.mkdtemp(prefix="bench_vs_flower_"))  # kept, with every side's log, if a side fails
     export_workload(raw, work / "workload.npz")
+    with np.load(work / "workload.npz") as data:
+        reference = fedavg_accuracies({key: data[key] for key in data.files})  # the plain PyTorch loop
     commands = side_commands(args, raw, work)
     rows = []
     load_before = os.getloadavg()
@@ -146,7 +150,11 @@ def compare(args: argparse.Namespace, silos: int) -> None:
           f"machine load average (1, 5, 15 min) {fmt_load(load_before)} at the start, "
           f"{fmt_load(os.getloadavg())} at the end")
     for side in args.sides:
-        print(f"  {NAMES[side] + ':':9s} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}")
+        # float rounding only (float32 and float64 aggregation) may move a test prediction: expected 0
+        off_reference = max(sum(abs(a - b) > 1e-6 for a, b in zip(row[side]["accuracies"], reference)) for row in rows)
+        print(f"  {NAMES[side] + ':':9s} {median(side, 'wall_seconds'):.1f} s, test accuracy {median(side, 'accuracy'):.4f}; "
+              f"rounds off the plain PyTorch loop's accuracy (reference_fedavg.py, final {reference[-1]:.4f}) by > 1e-6: "
+              f"{off_reference} of {args.rounds}")
     for anchor in (side for side in args.sides if side != "privsilo"):
         if "privsilo" in args.sides:
             ratio = median("privsilo", "wall_seconds") / median(anchor, "wall_seconds")

@@ -5,7 +5,10 @@ parameter space, scaled to the mechanism's sensitivity: a canary *record* of DP-
 gradient is ``C u_i`` at every step it is sampled in (Steinke, Nasr, Jagielski 2023, Sec. 6, white-box
 auditing); a canary *client* uploads the update ``c u_i`` (Andrew et al. 2024, Sec. 3). The directions are
 independent Gaussian vectors normalised to length 1, each drawn from the audit seed and the canary's id, so a silo and
-the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``.
+the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``. A
+*Dirac* canary's direction is instead a one-hot vector ``e_j`` on a coordinate ``j`` of its own (distinct canaries,
+distinct coordinates: exactly orthogonal), chosen by the auditor before training (``simulator.audit.directions``)
+and handed to the silo with the canary.
 
 A silo hosts only the canaries the audit *included*; the excluded ones exist only in the auditor's scoring.
 *Input* canaries (out-of-distribution records, Steinke et al. Sec. 6) are not seen by a mechanism at all: the
@@ -25,8 +28,13 @@ if TYPE_CHECKING:
 DIRECTION_STREAM = 3  # directions come from (seed, 3, id); the plan's draws from (seed, 1), user sampling (seed, 2, ...)
 
 
-def canary_directions(seed: int, ids: np.ndarray, dimension: int) -> np.ndarray:
-    """Unit directions ``u_i`` of the canaries ``ids``, shape ``(len(ids), dimension)``, float64."""
+def canary_directions(seed: int, ids: np.ndarray, dimension: int, coordinates: np.ndarray | None = None) -> np.ndarray:
+    """Unit directions ``u_i`` of the canaries ``ids``, shape ``(len(ids), dimension)``, float64: Gaussian ones from
+    ``(seed, id)``, or, given each canary's Dirac ``coordinates``, the one-hot rows ``e_j``."""
+    if coordinates is not None:
+        rows = np.zeros((len(ids), dimension))
+        rows[np.arange(len(ids)), np.asarray(coordinates, dtype=np.int64)] = 1.0
+        return rows
     rows = np.empty((len(ids), dimension))
     for row, canary in enumerate(np.asarray(ids, dtype=np.int64)):
         vector = np.random.default_rng([int(seed), DIRECTION_STREAM, int(canary)]).standard_normal(dimension)
@@ -38,7 +46,8 @@ def canary_directions(seed: int, ids: np.ndarray, dimension: int) -> np.ndarray:
 class SiloCanaries:
     """The included canaries one silo hosts: global ids, the audit's direction seed, and per canary its privacy
     budget where the mechanism personalises budgets (rPDP: canaries get levels as records do) or, for canary users
-    whose records span several silos (ULDP), the user's weight ``w_{s,u}`` in this silo."""
+    whose records span several silos (ULDP), the user's weight ``w_{s,u}`` in this silo; for Dirac canaries, each
+    one's coordinate."""
 
     ids: np.ndarray
     seed: int
@@ -47,6 +56,7 @@ class SiloCanaries:
     # input canaries (out-of-distribution records): their features and labels
     features: np.ndarray | None = field(default=None)
     labels: np.ndarray | None = field(default=None)
+    coordinates: np.ndarray | None = field(default=None)  # Dirac canaries: the coordinate j of each direction e_j
 
     def __len__(self) -> int:
         return int(len(self.ids))
@@ -61,7 +71,7 @@ class SiloCanaries:
         and local step reuses them; a snapshot leaves them out and the silo draws them again)."""
         cached = self.__dict__.get("_directions")
         if cached is None or cached.shape[1] != dimension:
-            cached = canary_directions(self.seed, self.ids, dimension).astype(np.float32)
+            cached = canary_directions(self.seed, self.ids, dimension, self.coordinates).astype(np.float32)
             object.__setattr__(self, "_directions", cached)
         return cached
 

@@ -442,9 +442,33 @@ COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "attack": _cmd_attack, "audi
             "validate": _cmd_validate, "list": _cmd_list, "data": _cmd_data, "pool": _cmd_pool}
 
 
+POOL_COMMANDS = ("run", "resume", "attack", "audit", "sweep")  # the commands that use the local pool without --address
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``privsilo ARGV``: in the local pool's ready driver when one can run it (:mod:`simulator.ready_driver`),
+    else in this process."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command in POOL_COMMANDS and args.address is None:
+        from simulator.driver_protocol import delegate
+        from simulator.local_pool import state_dir
+
+        try:
+            if (code := delegate(argv, state_dir=state_dir())) is not None:
+                return code
+        except KeyboardInterrupt:  # before the driver took the command: a driver that did sees the caller leave
+            print("privsilo: interrupted; no results were written", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    return _execute(args, argv)
+
+
+def execute(argv: Sequence[str]) -> int:
+    """``privsilo ARGV`` in this process (what the ready driver runs for its caller)."""
+    return _execute(_parser().parse_args(list(argv)), list(argv))
+
+
+def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     args.argv = ["privsilo", *argv]
     try:
         return COMMANDS[args.command](args)

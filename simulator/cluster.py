@@ -111,6 +111,9 @@ def ray_session(
     """
     import ray
 
+    if ray.is_initialized() and _kept.joined not in (None, (address, ship)):
+        ray.shutdown()  # kept joined to another cluster, or with other code, than this session needs
+        _kept.joined = None
     if ray.is_initialized():
         demand = demand_for(cluster_capacity())
         _check_capacity(demand, where="the Ray session of this process")
@@ -126,9 +129,32 @@ def ray_session(
         _check_capacity(demand, where=f"the Ray cluster at {address}" if address else "the local Ray instance")
         yield demand
     finally:
-        ray.shutdown()
+        if address and _kept.until_exit:
+            _kept.joined = (address, ship)
+        else:
+            ray.shutdown()
         if not address:
             watchdog.close()
+
+
+@dataclass
+class _KeptSession:
+    """Whether this process stays joined to the clusters it joins until it exits, and to which it is now:
+    ``(address, shipped code)``."""
+
+    until_exit: bool = False
+    joined: tuple[str, tuple[str, ...]] | None = None
+
+
+_kept = _KeptSession()
+
+
+def stay_joined_until_exit() -> None:
+    """Leave the clusters this process joins only when it exits, not when each session ends: for the ready driver
+    (:mod:`simulator.ready_driver`), which exits after one command, so that its caller need not wait for
+    ``ray.shutdown()``. A later session of the process that needs another cluster or other shipped code leaves the
+    kept one first."""
+    _kept.until_exit = True
 
 
 def _start_local_ray(demand: ActorDemand) -> RayWatchdog:

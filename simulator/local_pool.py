@@ -13,6 +13,9 @@ keeps their actors. The supervisor stops the head and exits when:
 - one of the head's processes died: it then records the crash in the state file, and the next command reports
   it once and starts Ray of its own.
 
+The supervisor also keeps one ready driver (:mod:`simulator.ready_driver`): a process with torch, Ray and privsilo
+already imported that runs the next such command for it, then exits and is replaced.
+
 Only the processes recorded in the state file are ever signalled; other Ray instances on the machine are never
 touched.
 """
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.processes import process_start
+from simulator.driver_protocol import EXIT_FAILED_TO_START
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
@@ -58,7 +62,8 @@ def log_path() -> Path:
 @dataclass
 class PoolState:
     """The state file: the supervisor (``pid``, ``start``: its start time in clock ticks since boot), the head's
-    GCS ``address``, the head's processes ``{name: [pid, start]}``, the settings, and ``crashed`` (what died)."""
+    GCS ``address``, the head's processes ``{name: [pid, start]}``, the current ready ``driver`` ``[pid, start]``,
+    the settings, and ``crashed`` (what died)."""
 
     pid: int
     start: int
@@ -68,6 +73,7 @@ class PoolState:
     address: str | None = None
     processes: dict[str, list[int]] = field(default_factory=dict)
     crashed: str | None = None
+    driver: list[int] | None = None
 
     def supervisor_alive(self) -> bool:
         return process_start(self.pid) == self.start
@@ -159,7 +165,8 @@ def stop() -> PoolState | None:
     deadline = time.monotonic() + STOP_WAIT_S
     while state.supervisor_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid, begun in [(state.pid, state.start), *state.processes.values()]:
+    driver = [tuple(state.driver)] if state.driver else []
+    for pid, begun in [(state.pid, state.start), *state.processes.values(), *driver]:
         _signal_if_same(pid, begun, signal.SIGKILL)  # only what did not stop by itself
     _remove_state(path, pid=state.pid)
     return state
@@ -231,9 +238,11 @@ def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
     own_job = ray.get_runtime_context().get_job_id()
     last_active = time.monotonic()
     reason = ""
+    drivers = ReadyDrivers(state, path)
     try:
         while not stopping:
             time.sleep(CHECK_EVERY_S)
+            drivers.keep_one()
             dead = [f"{name} (pid {info.process.pid}) exited with code {info.process.poll()}"
                     for name, infos in node.all_processes.items() for info in infos if info.process.poll() is not None]
             if dead:
@@ -249,7 +258,42 @@ def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
         _remove_state(path, pid=state.pid)  # before the head goes: no command picks it up meanwhile
         return reason
     finally:
+        drivers.stop()
         ray.shutdown()
+
+
+class ReadyDrivers:
+    """The supervisor's one ready driver (:mod:`simulator.ready_driver`): started again each time one exits after
+    serving a command, recorded in the state file, and never again after one failed to start (the next commands
+    then run in their own processes, as without a driver)."""
+
+    def __init__(self, state: PoolState, path: Path) -> None:
+        self.state, self.path = state, path
+        self.process: subprocess.Popen | None = None
+        self.failed = False
+        self.keep_one()
+
+    def keep_one(self) -> None:
+        if self.failed or (self.process is not None and self.process.poll() is None):
+            return
+        if self.process is not None and self.process.returncode == EXIT_FAILED_TO_START:
+            self.failed = True
+            print(f"the ready driver (pid {self.process.pid}) failed to start (above); commands run in their own "
+                  "processes", flush=True)
+            return
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "simulator.ready_driver", "--state-dir", str(self.path.parent),
+             "--supervisor", str(os.getpid())], stdin=subprocess.DEVNULL, cwd=REPO)
+        self.state.driver = [self.process.pid, process_start(self.process.pid) or 0]
+        _write_state(self.state, self.path)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

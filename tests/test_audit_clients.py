@@ -21,16 +21,18 @@ from simulator.models import build_model
 from tests.conftest import small_scenario, tiny_silo_context
 
 CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11)
+DIRAC_CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11, coordinates=np.array([4, 0]))  # docs/auditing.md#dirac-canaries
 
 
-@pytest.mark.parametrize("perturb", ["update", "weights"])
-def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(perturb):
+@pytest.mark.parametrize("perturb, canaries", [("update", CANARIES), ("weights", CANARIES), ("update", DIRAC_CANARIES)])
+def test_a_pldp_canary_client_is_pdpm_of_the_range_vertex_along_its_direction(perturb, canaries):
+    """A Dirac canary's vertex is the centre but for its coordinate, at the end of the range."""
     params = PldpParams(perturb=perturb, ranges=[0.4, 0.8, 1.2], budgets="eps3", centers=[0.0, 0.05, 0.0])
     host = params.client(1)
-    context = tiny_silo_context(canaries=CANARIES)
+    context = tiny_silo_context(canaries=canaries)
     start = model_to_vector(context.model)
     silo = Pldp(params).silo(context)
-    directions = CANARIES.directions(start.size).astype(np.float64)
+    directions = canaries.directions(start.size).astype(np.float64)
     vertices = 0.05 + 0.4 * np.sign(directions)
     assert np.array_equal(np.array(silo.canary_inputs), vertices)
     # exact: each canary's upload is the host's PDPM of its vertex, the two drawn in turn from one generator

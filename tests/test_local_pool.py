@@ -1,6 +1,8 @@
 """The local warm pool (simulator.local_pool), with real processes: ``privsilo pool start`` starts a Ray head in
 the background that ``privsilo run`` uses without ``--address`` (with the results of a cold run), ``pool stop``
 ends every process it started, an idle pool stops by itself, and a pool whose head died is reported, not waited on.
+The pool's ready driver (simulator.ready_driver) runs a command for its caller: with the caller's streams, exit
+status and Ctrl-C, and only for a caller that would run the same code.
 
 Every test has a state directory of its own (``PRIVSILO_STATE_DIR``), so it never sees another pool."""
 from __future__ import annotations
@@ -11,12 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
 import yaml
 
 from simulator import local_pool
+from simulator import driver_protocol
 from simulator.processes import process_start
 from tests.conftest import REPO, small_scenario
 from tests.test_warm_pool import metrics_without_wall_times
@@ -25,10 +29,12 @@ GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded 
 
 
 @pytest.fixture
-def state_dir(tmp_path, monkeypatch) -> Path:
+def state_dir(tmp_path, monkeypatch) -> Iterator[Path]:
+    """The test's own state directory; a pool the test left running (it failed midway) is stopped afterwards."""
     path = tmp_path / "state"
     monkeypatch.setenv("PRIVSILO_STATE_DIR", str(path))
-    return path
+    yield path
+    local_pool.stop()
 
 
 def privsilo(*args: str, code: int = 0) -> subprocess.CompletedProcess:
@@ -64,6 +70,17 @@ def wait_until_gone(pids: set[int]) -> None:
         time.sleep(0.5)
 
 
+def ready_driver() -> int:
+    """The pid of the local pool's ready driver, once it listens (it loads torch and Ray first)."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (local_pool.state_dir() / driver_protocol.SOCKET_NAME).exists():
+        assert time.monotonic() < deadline, f"no ready driver listened within {GONE_WITHIN_S} s"
+        time.sleep(0.2)
+    state = local_pool.read_state()
+    assert state.driver is not None and process_start(state.driver[0]) == state.driver[1]
+    return state.driver[0]
+
+
 def started_pool(*options: str) -> tuple[local_pool.PoolState, set[int]]:
     """``privsilo pool start OPTIONS``: the pool's state and every process it runs (supervisor included)."""
     out = privsilo("pool", "start", *options).stdout
@@ -85,7 +102,10 @@ def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_
 
     state, processes = started_pool("--idle-timeout", "600")
     first = privsilo(*run, str(tmp_path / "first"))  # starts the pool's actors
-    warm = privsilo(*run, str(tmp_path / "warm"))  # leases them
+    driver = ready_driver()
+    warm = privsilo(*run, str(tmp_path / "warm"))  # leases them, in the ready driver
+    wait_until_gone({driver})  # it served the command and exited ...
+    assert ready_driver() != driver  # ... and another took its place
     for proc in (first, warm):
         assert proc.stdout.splitlines()[0] == (f"privsilo: using the local warm pool (Ray head at {state.address}; it "
                                                "stops after 600 s without a command, or with `privsilo pool stop`)")
@@ -135,3 +155,41 @@ def test_bad_pool_start_options_exit_2_naming_the_option(state_dir, option, valu
     proc = privsilo("pool", "start", option, value, code=2)
     assert proc.stderr.splitlines() == [f"privsilo: error: {option}: {message}"]
     assert local_pool.read_state() is None
+
+
+@pytest.mark.timeout(1800)
+def test_the_ready_driver_runs_a_command_as_its_own_process_would_and_only_for_the_same_code(state_dir, tmp_path):
+    started_pool("--idle-timeout", "600")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="driven", federation={
+        "rounds": 400, "client_rate": 1.0, "local_steps": 20, "batch_size": 32, "lr": 0.1})))
+
+    driver = ready_driver()  # a user error: one line on the caller's stderr, exit 2, nothing written
+    refused = privsilo("run", str(scenario), "--out", str(tmp_path / "bad"), "--set", "federation.rounds=0", code=2)
+    assert refused.stderr.splitlines() == ["privsilo: error: federation.rounds: got 0; input should be greater than or equal to 1"]
+    assert not (tmp_path / "bad").exists()
+    wait_until_gone({driver})  # it served the command
+
+    driver = ready_driver()  # another value of a variable read at import time: the caller runs the command itself
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    own = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--out", str(tmp_path / "own"),
+                          "--no-progress", "--set", "federation.rounds=1"], env=environment, capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert ready_driver() == driver  # still waiting: it did not serve
+
+    # Ctrl-C at the caller interrupts the command in the driver: exit 130 and the caller's interrupted message
+    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--out",
+                               str(tmp_path / "interrupted")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (tmp_path / "interrupted" / "checkpoint.pkl").exists() and process_start(driver) is not None:
+        assert time.monotonic() < deadline, "the run in the driver wrote no checkpoint"
+        time.sleep(0.2)
+    caller.send_signal(signal.SIGINT)
+    out, err = caller.communicate(timeout=600)
+    assert caller.returncode == 130, out[-2000:] + err[-3000:]
+    assert err.splitlines()[-1].startswith("privsilo: interrupted; no results were written")
+    wait_until_gone({driver})
+    assert not (tmp_path / "interrupted" / "summary.json").exists()
+    privsilo("pool", "stop")

@@ -5,8 +5,9 @@ Jagielski 2023, Alg. 1); canaries are dealt to silos round robin in a random ord
 included ones (see :mod:`mechanisms.canaries` for what a hosted canary does). A canary *user* (ULDP) instead has
 records in 2 or more silos (every silo under ULDP-AVG, whose weight 1/|S| per silo would otherwise keep the user
 below the sensitivity C the claim allows; 1 to 3 records in each), and every silo holding its records hosts it
-with the weight the mechanism gives such a user there. The auditor's view is the **final
-global model** only: canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
+with the weight the mechanism gives such a user there. A canary's direction ``u_i`` is Gaussian or, with
+``audit.canary_direction`` ``dirac`` or ``quiet``, a coordinate of its own (:mod:`simulator.audit.directions`). In
+the final model's view canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
 meaning "more likely included", or ``cos(theta_0 - theta_T, u_i)`` for a canary record, whose direction is a
 gradient that training descends. An input canary (an out-of-distribution record: standard Gaussian features,
 which match the scale of privsilo's standardised data, and a random label; Steinke et al. Sec. 6, black-box)
@@ -44,6 +45,7 @@ class CanaryPlan:
 
     features: np.ndarray | None = None  # (M, *feature shape) input canaries: random inputs
     labels: np.ndarray | None = None  # (M,) input canaries: their random labels
+    coordinates: np.ndarray | None = None  # (M,) Dirac canaries: the coordinate j of each direction e_j, all distinct
 
     @classmethod
     def draw(cls, scenario: Scenario, *, feature_shape: tuple[int, ...], num_classes: int) -> "CanaryPlan":
@@ -71,23 +73,28 @@ class CanaryPlan:
     def by_silo(self) -> dict[int, SiloCanaries]:
         """The included canaries of each silo that hosts any."""
         if self.user_weights is not None:
-            return {silo: SiloCanaries(ids=ids, seed=self.seed, weights=row[ids])
+            return {silo: SiloCanaries(ids=ids, seed=self.seed, weights=row[ids], **self._coordinates_of(ids))
                     for silo, row in enumerate(self.user_weights)
                     if (ids := np.flatnonzero(self.included & (row > 0))).size}
         hosted = {}
         for silo in np.unique(self.hosts[self.included]):
             ids = np.flatnonzero(self.included & (self.hosts == silo))
             hosted[int(silo)] = SiloCanaries(ids=ids, seed=self.seed, **{
-                name: values[ids] for name in ("budgets", "features", "labels") if (values := getattr(self, name)) is not None})
+                name: values[ids] for name in ("budgets", "features", "labels", "coordinates") if (values := getattr(self, name)) is not None})
         return hosted
+
+    def _coordinates_of(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        return {} if self.coordinates is None else {"coordinates": self.coordinates[ids]}
 
     def scores(self, change: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
         """``cos(change, u_i)`` of the canaries ``ids`` (default: every canary, included or not), computed a block
-        of canaries at a time."""
+        of canaries at a time (Dirac canaries: the change's coordinates, over its norm)."""
         ids = np.arange(self.count) if ids is None else np.asarray(ids, dtype=np.int64)
         norm = np.linalg.norm(change)
         if norm == 0.0 or ids.size == 0:
             return np.zeros(ids.size)
+        if self.coordinates is not None:  # cos(change, e_j) = change_j / |change|
+            return change[self.coordinates[ids]] / norm
         return np.concatenate([canary_directions(self.seed, block, change.size) @ change / norm
                                for block in np.array_split(ids, max(1, ids.size // 64))])
 

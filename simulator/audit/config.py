@@ -48,6 +48,9 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
     if audit.kind == "input" and scenario.mechanism.params.sampling_rate is None:
         raise ScenarioError("mechanism.sampling_rate", None, "input canaries join the silos' records: set a fixed rate, "
                             "else q = batch_size / records would change with the canaries included")
+    if audit.kind == "input" and audit.canary_direction != "gaussian":
+        raise ScenarioError("audit.canary_direction", audit.canary_direction, "input canaries are records, not directions: "
+                            "use gaussian, or kind gradient")
     if audit.view == "uploads" and (reason := uploads_view_refusal(scenario)):
         raise ScenarioError("audit.view", "uploads", reason)
     if name == "rpdp":

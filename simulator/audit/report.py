@@ -66,6 +66,15 @@ class AuditGroup:
         """``testable`` (None without a claim) and, where the claim is above the ceiling, why not."""
         return testability(self.claimed_epsilon, self.ceiling, int(self.scores.size))
 
+    def signal_to_noise(self) -> float | None:
+        """How far the included canaries' mean score lies above the excluded ones', in standard deviations of the
+        excluded scores (which carry no canary: the data's and the other canaries' interference, and the noise);
+        None without the Gaussian fits."""
+        estimate = self.estimate
+        if estimate is None:
+            return None
+        return finite_or_none((estimate.mu_observed - estimate.mu_unobserved) / estimate.std_unobserved)
+
     def _gdp_json(self) -> dict[str, Any] | None:
         """The f-DP bound's figures (None without a bound)."""
         gdp = self.gdp_bound
@@ -92,6 +101,7 @@ class AuditGroup:
             report.update(guesses=bound.guesses, correct=bound.correct, per_guess_count_confidence=bound.per_test_confidence,
                           guess_counts_tried=[{"guesses": k, "correct": v, "epsilon": e} for k, v, e in bound.candidates])
         report["gdp"] = self._gdp_json()
+        report["signal_to_noise"] = self.signal_to_noise()
         if estimate is not None:
             report["estimate_fit"] = {"mean_included": estimate.mu_observed, "std_included": estimate.std_observed,
                                       "mean_excluded": estimate.mu_unobserved, "std_excluded": estimate.std_unobserved}
@@ -145,6 +155,7 @@ class AuditReport:
             "gdp_null": NULLS["gdp"],
             "confidence": audit.confidence,
             "estimate": headline.to_json()["estimate"],
+            "signal_to_noise": headline.signal_to_noise(),
             "ceiling": self.ceiling,
             **self.testability(),
             "estimate_note": "Andrew et al. 2024's Gaussian fit: an estimate, not a bound",
@@ -155,6 +166,7 @@ class AuditReport:
             "correct": None if headline.bound is None else headline.bound.correct,
             "unit": self.unit,
             "kind": audit.kind,
+            "canary_direction": audit.canary_direction,
             "view": self.view,
             "score": SCORES[self.view, audit.kind],
             "guess_counts": "a grid fixed before scoring (from M only); each count tested at level (1 - confidence) / "

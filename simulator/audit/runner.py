@@ -12,6 +12,7 @@ estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with i
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +22,7 @@ from simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one
 from simulator.audit.canaries import CanaryPlan
 from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit, audit_view
+from simulator.audit.directions import dirac_coordinates
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.data import Dataset
 from simulator.results import RunResult
@@ -54,6 +56,7 @@ def audit(
     scenario = with_audit_block(resolve_scenario(scenario, overrides))
     dataset = scenario_dataset(scenario.data, seed=scenario.seed)
     plan = CanaryPlan.draw(scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
+    plan = replace(plan, coordinates=dirac_coordinates(scenario, dataset, seed=plan.seed))
     uploads = UploadSums() if audit_view(scenario) == "uploads" else None
     result = run(scenario, address=address, progress=progress, canaries=plan.by_silo(), on_round=uploads)
     scores = _final_model_scores(scenario, plan, result, dataset) if uploads is None else _upload_scores(scenario, plan, uploads)
