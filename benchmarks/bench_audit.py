@@ -43,7 +43,8 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
                                     (9000, "_quiet_likelihood", ["audit.canary_direction=quiet", "audit.score=likelihood"]))},
     **{f"dp_sgd_mnist_s0.5_uploads{suffix}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, "mechanism.noise_multiplier=0.5", "mechanism.accountant=pld",
                                                                   "audit.view=uploads", *extra])
-       for suffix, extra in (("", []), ("_quiet", ["audit.canary_direction=quiet"]))},
+       for suffix, extra in (("", []), ("_quiet", ["audit.canary_direction=quiet"]),
+                             ("_quiet_likelihood", ["audit.canary_direction=quiet", "audit.score=likelihood"]))},
     **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),

@@ -81,8 +81,8 @@ def likelihood_score_refusal(scenario: Scenario) -> str | None:
     if audit_view(scenario) != "uploads":
         return "the likelihood score reads each round's uploads: use audit.view uploads (or auto without secure aggregation), or score sum"
     params = scenario.mechanism.params
-    if scenario.mechanism.name != "dp_sgd" or params.sampling_rate is None:
-        return "the likelihood score models dp_sgd's canary records at a fixed rate: use dp_sgd with mechanism.sampling_rate, or score sum"
+    if scenario.mechanism.name != "dp_sgd":
+        return "the likelihood score models dp_sgd's canary records: use score sum"
     if params.noise_multiplier == 0.0:
         return "the likelihood score weighs rounds by the mechanism's noise, and noise_multiplier is 0: use score sum"
     return None

@@ -42,10 +42,8 @@ class UploadLikelihoods:
     canary's round log-likelihood ratio to its score. A silo that uploads nothing in a round adds nothing."""
 
     def __init__(self, scenario: Any, plan: CanaryPlan) -> None:
-        federation, params = scenario.federation, scenario.mechanism.params
-        self.plan = plan
-        self.scale = federation.batch_size / (federation.lr * params.max_grad_norm)
-        self.model = {"rate": params.sampling_rate, "steps": federation.local_steps, "noise_multiplier": params.noise_multiplier}
+        self.plan, self.training, self.params = plan, scenario.federation, scenario.mechanism.params
+        self.scale = self.training.batch_size / (self.training.lr * self.params.max_grad_norm)
         self.scores = np.zeros(plan.count)
 
     def __call__(self, federation: Any) -> None:
@@ -55,4 +53,7 @@ class UploadLikelihoods:
             hosted = np.flatnonzero(self.plan.hosts == silo)
             # a canary record's direction is a gradient, which the steps descend: its draws push the change along -u_i
             draws = -self.scale * self.plan.projections(change, hosted)
-            self.scores[hosted] += round_log_likelihood_ratio(draws, **self.model)
+            # the silo's rate: sampling_rate, else batch_size / its records (public in that mode: its events show it)
+            rate = self.params.rate(batch_size=self.training.batch_size, num_records=len(federation.parts[silo]))
+            self.scores[hosted] += round_log_likelihood_ratio(draws, rate=rate, steps=self.training.local_steps,
+                                                              noise_multiplier=self.params.noise_multiplier)
