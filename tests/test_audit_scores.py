@@ -122,10 +122,8 @@ def test_upload_likelihoods_normalise_each_round_to_draws_of_the_canary():
     ({"score": "ratio", "view": "uploads"}, {"name": "dp_sgd", "sampling_rate": 0.5}, "likelihood"),
 ])
 def test_bad_score_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, reason):
-    import yaml
+    from tests.test_audit import _scenario_file
 
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(small_scenario(mechanism=mechanism, audit=audit_block)))
-    code = main(["validate", str(path)])
+    code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "audit.score" in line and reason in line, line
