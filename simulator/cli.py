@@ -451,11 +451,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command in POOL_COMMANDS and args.address is None:
-        from simulator.local_pool import state_dir
         from simulator.driver_protocol import delegate
+        from simulator.local_pool import state_dir
 
-        if (code := delegate(argv, state_dir=state_dir())) is not None:
-            return code
+        try:
+            if (code := delegate(argv, state_dir=state_dir())) is not None:
+                return code
+        except KeyboardInterrupt:  # before the driver took the command: a driver that did sees the caller leave
+            print("privsilo: interrupted; no results were written", file=sys.stderr)
+            return EXIT_INTERRUPTED
     return _execute(args, argv)
 
 
