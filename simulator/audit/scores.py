@@ -1,7 +1,8 @@
 """``audit.score: likelihood``: score DP-SGD canary records round by round with the subsampled Gaussian's
 likelihood ratio, instead of summing their host silo's uploads over the rounds.
 
-In a round of ``T`` local steps at Poisson rate ``q``, a canary record adds its clipped gradient ``C u_i`` in each
+In a round of ``T`` local steps at Poisson rate ``q`` (``mechanism.sampling_rate``, else ``batch_size`` over the
+silo's records, which that mode treats as public), a canary record adds its clipped gradient ``C u_i`` in each
 step it is drawn in, so its host silo's upload ``Delta_r`` (the model change), projected on ``-u_i`` and scaled by
 ``batch_size / (lr C)``, is ``s_r = K_r + N(0, T sigma^2)`` with ``K_r ~ Binomial(T, q)`` if the canary is
 included and ``s_r = N(0, T sigma^2)`` if not (plain SGD steps; the data's own gradients along ``u_i`` are left
