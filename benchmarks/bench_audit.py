@@ -3,7 +3,7 @@
 Per setting: the claimed epsilon (RDP and, where the mechanism has it, PLD), the audit's view, its two lower
 bounds (Steinke et al.'s counting bound and the Gaussian-DP one of Mahloujifar et al.), each over the claim (the
 PLD one where there is one), the counting bound's ceiling (every guess right) and whether the claim is testable
-below it, the canaries' signal-to-noise and direction (``audit.canary_direction``), the estimate, test accuracy with
+below it, the canaries' signal-to-noise, direction (``audit.canary_direction``) and score (``audit.score``), the estimate, test accuracy with
 and without canaries, and the audit's cost against the plain
 run of the same scenario (runs alternating, in one local Ray session, so both reuse the same warm actors).
 ``--no-plain`` skips the plain runs (no accuracy without canaries, no cost ratio: half the time); ``--table``
@@ -38,10 +38,13 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     **{f"dp_sgd_digits_s1.0_uploads_{count}{suffix}": ("audits/dp_sgd_digits.yaml", [
         "mechanism.noise_multiplier=1.0", "mechanism.accountant=pld", "audit.view=uploads", f"audit.canaries={count}", *extra])
        for count, suffix, extra in ((3000, "", []), (3000, "_quiet", ["audit.canary_direction=quiet"]),
-                                    (9000, "_quiet", ["audit.canary_direction=quiet"]))},
+                                    (9000, "_quiet", ["audit.canary_direction=quiet"]),
+                                    (3000, "_quiet_likelihood", ["audit.canary_direction=quiet", "audit.score=likelihood"]),
+                                    (9000, "_quiet_likelihood", ["audit.canary_direction=quiet", "audit.score=likelihood"]))},
     **{f"dp_sgd_mnist_s0.5_uploads{suffix}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, "mechanism.noise_multiplier=0.5", "mechanism.accountant=pld",
                                                                   "audit.view=uploads", *extra])
-       for suffix, extra in (("", []), ("_quiet", ["audit.canary_direction=quiet"]))},
+       for suffix, extra in (("", []), ("_quiet", ["audit.canary_direction=quiet"]),
+                             ("_quiet_likelihood", ["audit.canary_direction=quiet", "audit.score=likelihood"]))},
     **{f"dp_sgd_mnist_s{sigma}": ("mnist_dpsgd.yaml", [*MNIST_SHORT, f"mechanism.noise_multiplier={sigma}", "mechanism.accountant=pld"])
        for sigma in ("0.5", "1.0", "2.0")},
     "rpdp_mnist_three_levels": ("rpdp/mnist_iid.yaml", MNIST_SHORT),
@@ -80,6 +83,7 @@ def one_setting(name: str, repeats: int, *, plain_runs: bool = True) -> dict[str
         "view": summary["view"],
         "canaries": summary["canaries"],
         "canary direction": summary["canary_direction"],
+        "score": summary["score_kind"],
         "lower bound": summary["empirical_epsilon_lower_bound"],
         "GDP bound (epsilon, mu)": (summary["gdp_epsilon_lower_bound"], summary["gdp_mu_lower_bound"]),
         "bound / claim": _ratio(summary["empirical_epsilon_lower_bound"], claim),
@@ -113,7 +117,8 @@ def table_row(row: dict[str, object]) -> str:
 
     claim = row["claimed (PLD)"] if row["claimed (PLD)"] is not None else row["claimed (RDP)"]
     gdp_epsilon, gdp_mu = row["GDP bound (epsilon, mu)"]
-    return (f"| {row['setting']} | {row['canaries']:,} ({row['canary direction']}) | {row['view']} | {figure(claim)} | "
+    scored = "" if row["score"] == "sum" else f", {row['score']} score"
+    return (f"| {row['setting']} | {row['canaries']:,} ({row['canary direction']}{scored}) | {row['view']} | {figure(claim)} | "
             f"{figure(row['ceiling'])} | {figure(row['lower bound'])} | {figure(gdp_epsilon)} (mu {figure(gdp_mu)}) | "
             f"{figure(row['bound / claim'])}, {figure(row['GDP bound / claim'])} | {figure(row['signal to noise'])} | "
             f"{row['audit seconds']:.0f} |")

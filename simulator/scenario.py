@@ -351,6 +351,8 @@ class AuditConfig(_Block):
     """Seed of the canaries' inclusion and directions (`null`: derived from the scenario's `seed`)."""
     view: Literal["final_model", "uploads", "auto"] = "final_model"
     """What the auditor scores: the `final_model`; each canary's host silo's `uploads` summed over the rounds (what the server sees without secure aggregation; `none`, `dp_sgd`, `rpdp` gradient canaries); `auto`: `uploads` where allowed, else `final_model`."""
+    score: Literal["sum", "likelihood"] = "sum"
+    """How the `uploads` view scores a canary: `sum`, the cosine with its host silo's uploads summed over the rounds; `likelihood`, the subsampled Gaussian's log-likelihood ratio of each round's upload, added over the rounds (`dp_sgd` only; the `final_model` view takes `sum`)."""
     canary_direction: Literal["gaussian", "dirac", "quiet"] = "gaussian"
     """A gradient canary's direction: `gaussian`, a random unit vector; `dirac`, a coordinate of the model of its own, drawn at random; `quiet`, a coordinate of its own among those the data's gradients move least at the initial model (Dirac canaries: at most one per model parameter)."""
 

@@ -87,15 +87,22 @@ class CanaryPlan:
         return {} if self.coordinates is None else {"coordinates": self.coordinates[ids]}
 
     def scores(self, change: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
-        """``cos(change, u_i)`` of the canaries ``ids`` (default: every canary, included or not), computed a block
-        of canaries at a time (Dirac canaries: the change's coordinates, over its norm)."""
+        """``cos(change, u_i)`` of the canaries ``ids`` (default: every canary, included or not)."""
         ids = np.arange(self.count) if ids is None else np.asarray(ids, dtype=np.int64)
         norm = np.linalg.norm(change)
         if norm == 0.0 or ids.size == 0:
             return np.zeros(ids.size)
-        if self.coordinates is not None:  # cos(change, e_j) = change_j / |change|
-            return change[self.coordinates[ids]] / norm
-        return np.concatenate([canary_directions(self.seed, block, change.size) @ change / norm
+        return self.projections(change, ids) / norm
+
+    def projections(self, change: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """``<change, u_i>`` of the canaries ``ids``, computed a block of canaries at a time (Dirac canaries: the
+        change's coordinates ``j``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return np.zeros(0)
+        if self.coordinates is not None:  # <change, e_j> = change_j
+            return change[self.coordinates[ids]]
+        return np.concatenate([canary_directions(self.seed, block, change.size) @ change
                                for block in np.array_split(ids, max(1, ids.size // 64))])
 
     def scores_by_host(self, changes: dict[int, np.ndarray]) -> np.ndarray:

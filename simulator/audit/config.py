@@ -53,6 +53,8 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
                             "use gaussian, or kind gradient")
     if audit.view == "uploads" and (reason := uploads_view_refusal(scenario)):
         raise ScenarioError("audit.view", "uploads", reason)
+    if audit.score == "likelihood" and (reason := likelihood_score_refusal(scenario)):
+        raise ScenarioError("audit.score", "likelihood", reason)
     if name == "rpdp":
         _check_rpdp(scenario)
     if name == "uldp":
@@ -70,6 +72,19 @@ def uploads_view_refusal(scenario: Scenario) -> str | None:
         return f"the uploads view reads FedAvg uploads of {', '.join(UPLOADS_VIEW_MECHANISMS)}: use final_model or auto"
     if scenario.audit.kind != "gradient":
         return "input canaries are scored by the final model's loss: use final_model or auto"
+    return None
+
+
+def likelihood_score_refusal(scenario: Scenario) -> str | None:
+    """Why a scenario's canaries cannot be scored with the subsampled Gaussian's per-round likelihood ratio
+    (``simulator.audit.scores``; None where they can)."""
+    if audit_view(scenario) != "uploads":
+        return "the likelihood score reads each round's uploads: use audit.view uploads (or auto without secure aggregation), or score sum"
+    params = scenario.mechanism.params
+    if scenario.mechanism.name != "dp_sgd":
+        return "the likelihood score models dp_sgd's canary records: use score sum"
+    if params.noise_multiplier == 0.0:
+        return "the likelihood score weighs rounds by the mechanism's noise, and noise_multiplier is 0: use score sum"
     return None
 
 

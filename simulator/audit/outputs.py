@@ -33,7 +33,7 @@ def plot_audit(report: AuditReport, path: Path) -> None:
         bins = 40
         hist.hist(group.scores[group.included], bins=bins, alpha=0.6, label=f"included ({int(group.included.sum())})")
         hist.hist(group.scores[~group.included], bins=bins, alpha=0.6, label=f"excluded ({int((~group.included).sum())})")
-        hist.set(xlabel="score (cosine with the canary's direction)", ylabel="canaries", title=f"{title}canary scores")
+        hist.set(xlabel="score (higher: more likely included)", ylabel="canaries", title=f"{title}canary scores")
         hist.legend()
         candidates = () if group.bound is None else group.bound.candidates
         bound.plot([k for k, _, _ in candidates], [e for _, _, e in candidates], marker="o", label=f"lower bound ({group.confidence:.4g})")

@@ -17,11 +17,14 @@ NULLS = {
             "stronger null, so the bound refutes 'mu-GDP' (and a claim made as mu-GDP), not every (epsilon, delta) claim"),
 }
 SCORES = {
-    ("final_model", "gradient"): "cosine between the final model's change (its negative for record canaries, whose direction is a "
-                                 "gradient) and the canary's direction; the largest over the hypotheses where the mechanism keeps several",
-    ("final_model", "input"): "minus the final model's loss on the canary (a random Gaussian input with a random label)",
-    ("uploads", "gradient"): "cosine between the canary's host silo's uploads, read as model changes and summed over the rounds "
-                             "(their negative for record canaries), and the canary's direction",
+    ("final_model", "gradient", "sum"): "cosine between the final model's change (its negative for record canaries, whose direction is a "
+                                               "gradient) and the canary's direction; the largest over the hypotheses where the mechanism keeps several",
+    ("final_model", "input", "sum"): "minus the final model's loss on the canary (a random Gaussian input with a random label)",
+    ("uploads", "gradient", "sum"): "cosine between the canary's host silo's uploads, read as model changes and summed over the "
+                                    "rounds (their negative for record canaries), and the canary's direction",
+    ("uploads", "gradient", "likelihood"): "log-likelihood ratio of the subsampled Gaussian mechanism (in over out), summed over "
+                                           "the rounds, of each round's host silo upload along minus the canary's direction, in "
+                                           "units of one draw of the canary (batch_size / (lr C)); noise and rate from the scenario",
 }
 
 
@@ -168,7 +171,8 @@ class AuditReport:
             "kind": audit.kind,
             "canary_direction": audit.canary_direction,
             "view": self.view,
-            "score": SCORES[self.view, audit.kind],
+            "score": SCORES[self.view, audit.kind, audit.score],
+            "score_kind": audit.score,
             "guess_counts": "a grid fixed before scoring (from M only); each count tested at level (1 - confidence) / "
                             "(grid size x groups), Bonferroni, and the largest bound reported",
             "seed": self.seed,

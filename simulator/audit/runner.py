@@ -4,8 +4,10 @@ The run is the scenario's own (secure aggregation, client sampling and the mecha
 with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view
 (``audit.view``) is the final global model, the weakest of the threat model's server views, or, where secure
 aggregation is off, each silo's uploads: a canary is scored against the sum over the rounds of its host silo's
-uploads, read as model changes (``UploadSums``). Scoring each round's aggregate would add nothing: the
-aggregates sum to the final model.
+uploads, read as model changes (``UploadSums``), or, with ``audit.score: likelihood`` (DP-SGD), with the
+subsampled Gaussian's log-likelihood ratio of each round's upload, added over the rounds
+(``simulator.audit.scores``). Scoring each round's aggregate would add nothing: the aggregates sum to the final
+model.
 Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound (null:
 (epsilon, delta)-DP), Mahloujifar et al.'s f-DP one (null: mu-Gaussian DP) and Andrew et al.'s Gaussian-fit
 estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling.
@@ -24,6 +26,7 @@ from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.directions import dirac_coordinates
 from simulator.audit.report import AuditGroup, AuditReport
+from simulator.audit.scores import UploadLikelihoods
 from simulator.data import Dataset
 from simulator.results import RunResult
 from simulator.scenario import Scenario, resolve_scenario, with_changes
@@ -57,7 +60,7 @@ def audit(
     dataset = scenario_dataset(scenario.data, seed=scenario.seed)
     plan = CanaryPlan.draw(scenario, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     plan = replace(plan, coordinates=dirac_coordinates(scenario, dataset, seed=plan.seed))
-    uploads = UploadSums() if audit_view(scenario) == "uploads" else None
+    uploads = _upload_scorer(scenario, plan)
     result = run(scenario, address=address, progress=progress, canaries=plan.by_silo(), on_round=uploads)
     scores = _final_model_scores(scenario, plan, result, dataset) if uploads is None else _upload_scores(scenario, plan, uploads)
     report = _report(scenario, plan, result, scores)
@@ -115,9 +118,18 @@ class UploadSums:
             self.sums[silo] = delta if silo not in self.sums else self.sums[silo] + delta
 
 
-def _upload_scores(scenario: Scenario, plan: CanaryPlan, uploads: UploadSums) -> np.ndarray:
-    """Every canary's score from its host silo's uploads summed over the rounds (the sign as in
-    ``_final_model_scores``)."""
+def _upload_scorer(scenario: Scenario, plan: CanaryPlan) -> UploadSums | UploadLikelihoods | None:
+    """What reads the uploads after each round (``audit.score``), None in the final model's view."""
+    if audit_view(scenario) != "uploads":
+        return None
+    return UploadLikelihoods(scenario, plan) if scenario.audit.score == "likelihood" else UploadSums()
+
+
+def _upload_scores(scenario: Scenario, plan: CanaryPlan, uploads: UploadSums | UploadLikelihoods) -> np.ndarray:
+    """Every canary's score from its host silo's uploads: the likelihood scores as added round by round, or the
+    cosine with the uploads summed over the rounds (the sign as in ``_final_model_scores``)."""
+    if isinstance(uploads, UploadLikelihoods):
+        return uploads.scores
     sign = -1.0 if audit_unit(scenario) == "record" else 1.0
     return plan.scores_by_host({silo: sign * total for silo, total in uploads.sums.items()})
 
