@@ -4,13 +4,9 @@ No framework: for each round, each silo copies the global weights, takes ``local
 ``batch_size`` records drawn without replacement from its own records (``torch.randperm`` on a generator seeded with
 the silo's seed and kept across rounds, as privsilo, Flower's and pfl's scripts draw them), and the new global
 weights are the silos' weights averaged by record count (in float64); the test accuracy is taken after each round.
-
-    python benchmarks/reference_fedavg.py --workload WORK.npz --result OUT.json
+``bench_vs_flower.py`` runs it in its own interpreter on the workload it exports.
 """
 from __future__ import annotations
-
-import argparse
-import json
 
 import numpy as np
 import torch
@@ -50,17 +46,3 @@ def fedavg_accuracies(work: dict[str, np.ndarray]) -> list[float]:
             accuracies.append(int((model(x_test).argmax(dim=1) == y_test).sum()) / len(y_test))
     return accuracies
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--result", required=True)
-    args = parser.parse_args()
-    with np.load(args.workload) as data:
-        accuracies = fedavg_accuracies({key: data[key] for key in data.files})
-    with open(args.result, "w") as out:
-        json.dump({"accuracies": accuracies, "accuracy": accuracies[-1]}, out)
-
-
-if __name__ == "__main__":
-    main()
