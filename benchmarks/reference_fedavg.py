@@ -4,7 +4,7 @@ No framework: for each round, each silo copies the global weights, takes ``local
 ``batch_size`` records drawn without replacement from its own records (``torch.randperm`` on a generator seeded with
 the silo's seed and kept across rounds, as privsilo, Flower's and pfl's scripts draw them), and the new global
 weights are the silos' weights averaged by record count (in float64); the test accuracy is taken after each round.
-``bench_vs_flower.py`` runs it in its own interpreter on the workload it exports.
+``bench_vs_flower.py`` imports it and runs it on the workload it exports, before it times any side.
 """
 from __future__ import annotations
 
