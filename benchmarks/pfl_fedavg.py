@@ -77,6 +77,20 @@ class TestAccuracy(TrainingProcessCallback):
         return False, Metrics()
 
 
+class SiloBatches(Dataset):
+    """A silo's dataset for one round: its ``local_steps`` batches as drawn, one SGD step each. pfl would cut the
+    concatenated draws into batches of ``local_batch_size``, which differs where a silo holds fewer records than a
+    batch (100 silos of digits hold 14-15 each)."""
+
+    def __init__(self, batches: list[list[torch.Tensor]], user_id: str) -> None:
+        super().__init__(raw_data=[torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])],
+                         user_id=user_id)
+        self.batches = batches
+
+    def iter(self, batch_size):  # noqa: A003 (pfl's name)
+        yield from self.batches
+
+
 def silo_batches(work: dict[str, np.ndarray]):
     """``make_dataset_fn`` for pfl: a silo's next ``local_steps`` batches, from its generator kept across rounds."""
     silos = int(work["silos"])
@@ -86,10 +100,9 @@ def silo_batches(work: dict[str, np.ndarray]):
     def make_dataset(user_id: str) -> Dataset:
         silo = int(user_id)
         records = work["order"][work["offsets"][silo]:work["offsets"][silo + 1]]
-        picks = torch.cat([torch.randperm(len(records), generator=generators[silo])[:batch] for _ in range(steps)])
-        chosen = records[picks.numpy()]
-        return Dataset(raw_data=[torch.tensor(work["x_train"][chosen]), torch.tensor(work["y_train"][chosen])],
-                       user_id=user_id)
+        draws = [records[torch.randperm(len(records), generator=generators[silo])[:batch].numpy()] for _ in range(steps)]
+        return SiloBatches([[torch.tensor(work["x_train"][chosen]), torch.tensor(work["y_train"][chosen])]
+                            for chosen in draws], user_id)
 
     return make_dataset
 
