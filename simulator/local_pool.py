@@ -33,7 +33,7 @@ from pathlib import Path
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.processes import process_start
-from simulator.driver_protocol import EXIT_FAILED_TO_START
+from simulator.driver_protocol import EXIT_FAILED_TO_START, socket_path
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
@@ -169,6 +169,7 @@ def stop() -> PoolState | None:
     for pid, begun in [(state.pid, state.start), *state.processes.values(), *driver]:
         _signal_if_same(pid, begun, signal.SIGKILL)  # only what did not stop by itself
     _remove_state(path, pid=state.pid)
+    socket_path(path.parent).unlink(missing_ok=True)  # a killed driver's
     return state
 
 
@@ -294,6 +295,8 @@ class ReadyDrivers:
                 self.process.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
+        socket_path(self.path.parent).unlink(missing_ok=True)  # a terminated driver leaves its socket file
 
 
 def main(argv: list[str] | None = None) -> int:

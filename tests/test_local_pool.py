@@ -120,7 +120,7 @@ def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_
 
     assert "stopped the local pool" in privsilo("pool", "stop").stdout
     wait_until_gone(processes | pool_actors)
-    assert local_pool.read_state() is None
+    assert local_pool.read_state() is None and not (state_dir / driver_protocol.SOCKET_NAME).exists()
     proc = privsilo("pool", "status", code=2)
     assert proc.stderr.strip() == ("privsilo: error: pool status: no local pool is running (`privsilo pool start` "
                                    "starts one); give --address for a cluster's pool")
@@ -129,7 +129,7 @@ def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_
 def test_an_idle_pool_stops_by_itself_with_every_process_it_started(state_dir):
     state, processes = started_pool("--idle-timeout", "2")
     wait_until_gone(processes)
-    assert local_pool.read_state() is None
+    assert local_pool.read_state() is None and not (state_dir / driver_protocol.SOCKET_NAME).exists()
     assert "stopped: idle for 2 s" in (state_dir / "local-pool.log").read_text()
 
 
