@@ -26,7 +26,7 @@ def _error(raw: dict) -> ScenarioError:
 @pytest.mark.parametrize(("blocks", "field", "words"), [
     ({"faults": True}, "faults", "got true; must be a mapping of the keys crashes, silo_failure_rate (YAML reads yes"),
     ({"checkpoint": 3}, "checkpoint", "got 3; must be a mapping of the keys every"),
-    ({"audit": "yes please"}, "audit", "got 'yes please'; must be a mapping of the keys canaries, confidence"),
+    ({"audit": "yes please"}, "audit", "got 'yes please'; must be a mapping of the keys canaries, canary_direction, confidence, kind, score"),
     ({"model": 7}, "model", "got 7; must be a mapping of the keys kwargs, name"),
     ({"federation": {"server_optimizer": 0.1}}, "federation.server_optimizer", "got 0.1; must be a mapping of the keys beta1"),
     ({"data": {"users": 5}}, "data.users", "got 5; must be a mapping of the keys count, records, silos"),
