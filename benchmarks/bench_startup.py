@@ -17,7 +17,7 @@ Each command's wall time is that of its whole process; start-up is ``summary.jso
 protocol set-up. Prints the medians, the ratios to ``cold``, the goals (warm wall <= 3 s, warm start-up <= 1 s)
 and whether every run's ``metrics.csv`` (without wall times) and ``model.pt`` equal the first cold run's.
 
-    python benchmarks/bench_startup.py [--repeats 3] [--scenario scenarios/quickstart.yaml] [--baseline DIR ...]
+    python benchmarks/bench_startup.py [--repeats 3] [--settle 8] [--scenario scenarios/quickstart.yaml] [--baseline DIR ...]
 """
 from __future__ import annotations
 
@@ -97,6 +97,8 @@ def main() -> None:
     parser.add_argument("--scenario", type=Path, default=REPO / "scenarios" / "quickstart.yaml")
     parser.add_argument("--pool-cpus", type=int, default=os.cpu_count() or 1,
                         help="the local pool's logical CPUs (default: this machine's cores, as a cold run packs the silos)")
+    parser.add_argument("--settle", type=float, default=8.0,
+                        help="seconds to wait before each command, once the ready driver listens (default 8)")
     parser.add_argument("--baseline", type=Path, action="append", default=[], help="another checkout whose cold command is timed too (repeatable)")
     args = parser.parse_args()
     # Ray on the loopback address (drivers and the head alike), no auth prompt, no usage stats.
@@ -122,7 +124,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(reversed(arms))
             for arm in order:
-                driver = wait_for_ready_driver(work / "pool")  # no arm shares the CPUs with a driver still loading
+                driver = wait_for_ready_driver(work / "pool")  # no arm shares the CPUs with a driver still loading,
+                time.sleep(args.settle)  # nor with the previous command's Ray processes still ending
                 rows[arm].append(timed_run(args.scenario, work / f"{arm}{repeat}", env=arms[arm]))
                 if arm == "warm":
                     served.append(driver_served(work / "pool", driver))

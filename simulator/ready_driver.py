@@ -109,6 +109,7 @@ def _refuse(connection: socket.socket) -> None:
 def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
     """Take the caller's streams, directory, environment and module search path, run its command and send its exit
     status."""
+    own_streams = [os.dup(standard) for standard in (0, 1, 2)]  # the pool's log, for after the command
     for fd, standard in zip(fds, (0, 1, 2)):
         os.dup2(fd, standard)
         os.close(fd)
@@ -133,6 +134,9 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
     finished.set()
     sys.stdout.flush()
     sys.stderr.flush()
+    for fd, standard in zip(own_streams, (0, 1, 2)):  # let go of the caller's streams: a pipe reads its end now
+        os.dup2(fd, standard)
+        os.close(fd)
     try:
         send_message(connection, {"exit": code})
     except OSError:
