@@ -421,7 +421,6 @@ class SecAggServer(ServerProtocol):
                 key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
                                           own_id=dropped, peer_id=peer)
                 (minus if peer < dropped else plus).append(key)
-        total -= mask_sum(self_mask_keys, round_index=round_index, length=total.size)
-        total += mask_sum(plus, minus, round_index=round_index, length=total.size)
+        total += mask_sum(plus, minus + self_mask_keys, round_index=round_index, length=total.size)
         self._round = None
         return self.codec.decode(total, summands=len(vectors))

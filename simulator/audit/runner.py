@@ -26,7 +26,7 @@ from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.directions import dirac_coordinates
 from simulator.audit.report import AuditGroup, AuditReport
-from simulator.audit.scores import UploadLikelihoods
+from simulator.audit.scores import UploadLikelihoods, uploaded_changes
 from simulator.data import Dataset
 from simulator.results import RunResult
 from simulator.scenario import Scenario, resolve_scenario, with_changes
@@ -112,9 +112,7 @@ class UploadSums:
         self.sums: dict[int, np.ndarray] = {}
 
     def __call__(self, federation: Any) -> None:
-        for silo, message in federation.server_inbox().items():
-            values = np.asarray(message.values, dtype=np.float64)
-            delta = values[:-1] / values[-1]
+        for silo, delta in uploaded_changes(federation):
             self.sums[silo] = delta if silo not in self.sums else self.sums[silo] + delta
 
 

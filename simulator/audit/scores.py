@@ -17,7 +17,7 @@ server's view alone, and this one reads the uploads and the scenario's public pa
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from scipy.special import logsumexp
@@ -37,6 +37,14 @@ def round_log_likelihood_ratio(values: np.ndarray, *, rate: float, steps: int, n
     return logsumexp(terms, axis=-1)
 
 
+def uploaded_changes(federation: Any) -> Iterator[tuple[int, np.ndarray]]:
+    """Each silo's upload in the server's inbox after a round, FedAvg's ``[weight x delta, weight]`` read as the
+    model change ``delta``."""
+    for silo, message in federation.server_inbox().items():
+        values = np.asarray(message.values, dtype=np.float64)
+        yield silo, values[:-1] / values[-1]
+
+
 class UploadLikelihoods:
     """Called after each round (``run``'s ``on_round``): projects each silo's upload on its hosted canaries'
     directions, normalises it to draws of one canary (``batch_size / (lr C)``, from the scenario) and adds each
@@ -48,9 +56,7 @@ class UploadLikelihoods:
         self.scores = np.zeros(plan.count)
 
     def __call__(self, federation: Any) -> None:
-        for silo, message in federation.server_inbox().items():
-            values = np.asarray(message.values, dtype=np.float64)
-            change = values[:-1] / values[-1]
+        for silo, change in uploaded_changes(federation):
             hosted = np.flatnonzero(self.plan.hosts == silo)
             # a canary record's direction is a gradient, which the steps descend: its draws push the change along -u_i
             draws = -self.scale * self.plan.projections(change, hosted)
