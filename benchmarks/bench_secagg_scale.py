@@ -18,7 +18,8 @@ decoding, and the bytes the server received in the round (pickled sizes of every
 ``ServerActor.last_round_view()``). ``all`` is skipped above ``--all-up-to`` silos.
 
     PYTHONPATH=. python benchmarks/bench_secagg_scale.py [--silos 10 100 1000] [--graphs none auto all]
-        [--repeats 3] [--all-up-to 1000] [--local-steps 20]   (a graph may end in :may_lie, e.g. auto:may_lie)
+        [--repeats 3] [--all-up-to 1000] [--local-steps 20]   (a graph may end in :may_lie, e.g. auto:may_lie,
+        and then in :RATE, the protocol.dropout_rate its parameters assume, e.g. auto:may_lie:0.01)
 """
 from __future__ import annotations
 
@@ -34,11 +35,13 @@ KEY_STAGES = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES")
 
 
 def scenario(silos: int, graph: str, *, local_steps: int) -> dict:
-    """``graph``: ``none``, ``all``, ``auto`` or K, optionally with ``:may_lie`` (signed keys, consistency round)."""
-    neighbours, _, server = graph.partition(":")
+    """``graph``: ``none``, ``all``, ``auto`` or K, optionally with ``:may_lie`` (signed keys, consistency round) or
+    ``:honest_but_curious``, and then optionally ``:`` and the ``protocol.dropout_rate`` the parameters assume
+    (e.g. ``auto:may_lie:0.01``; default the protocol's, 0.05)."""
+    neighbours, server, dropout_rate = (graph.split(":") + ["", ""])[:3]
     protocol = {"secure_aggregation": False} if graph == "none" else {
         "secure_aggregation": True, "neighbours": neighbours if neighbours in ("all", "auto") else int(neighbours),
-        **({"server": server} if server else {})}
+        **({"server": server} if server else {}), **({"dropout_rate": float(dropout_rate)} if dropout_rate else {})}
     return {
         "name": f"secagg_scale_{silos}_{graph}",
         "seed": 0,
@@ -90,7 +93,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--silos", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--graphs", nargs="+", default=["none", "auto", "all"], help="none, all, auto or a number K; "
-                        "append :may_lie for silos that assume a server that may lie (e.g. auto:may_lie)")
+                        "append :may_lie for silos that assume a server that may lie (e.g. auto:may_lie), and "
+                        ":RATE for the dropout rate the parameters assume (e.g. auto:may_lie:0.01)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-up-to", type=int, default=1000)
     parser.add_argument("--local-steps", type=int, default=20)

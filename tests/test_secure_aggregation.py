@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from scipy import stats
+from Crypto.Cipher import AES
 
 from protocols.base import ProtocolStateError, RoundAbandoned
 from protocols.crypto_random import seeded_for_tests
@@ -540,12 +541,13 @@ def test_masked_vectors_differ_from_encodings_and_look_uniform() -> None:
         assert np.sum((counts - length / 256) ** 2 / (length / 256)) < threshold
 
 
-def test_mask_stream_is_the_rfc8439_chacha20_keystream() -> None:
-    # RFC 8439 appendix A.1, test vectors 1 (all-zero nonce) and 5 (nonce ending in 0x02), block counter 0.
-    first = mask_stream(bytes(32), round_index=0, length=2)
-    fifth = mask_stream(bytes(32), round_index=2 << 88, length=2)
-    assert first.astype("<u8").tobytes() == bytes.fromhex("76b8e0ada0f13d90405d6ae55386bd28")
-    assert fifth.astype("<u8").tobytes() == bytes.fromhex("c2c64d378cd536374ae204b9ef933fcd")
+def test_mask_stream_is_the_aes256_ctr_keystream() -> None:
+    # Against an independent AES (pycryptodome's, block by block): word pair i is AES_k(round (12 bytes) || i (4 bytes)).
+    key, round_index, blocks = bytes(range(32)), 2**90 + 5, 40
+    expected = AES.new(key, AES.MODE_ECB).encrypt(
+        b"".join(round_index.to_bytes(12, "big") + i.to_bytes(4, "big") for i in range(blocks)))
+    stream = mask_stream(key, round_index=round_index, length=2 * blocks)
+    assert stream.astype("<u8").tobytes() == expected
     assert not np.any(mask_stream(b"k" * 32, round_index=7, length=64) == mask_stream(b"k" * 32, round_index=8, length=64))
 
 

@@ -9,7 +9,7 @@ Set-up (stages ``PwpStage``, relayed by the server):
 2. ``AGREE_KEYS``: silos derive pairwise keys (secure aggregation's X25519 + HKDF); the lead silo (lowest id)
    draws a 32-byte seed R from the OS and seals it for each other silo (ChaCha20-Poly1305 under a key derived
    from the pair's key), relayed by the server. (The paper's code draws R, the masks and r_u from numpy with
-   32-bit seeds; here every secret comes from ``os.urandom`` or a ChaCha20 stream keyed by an agreed secret.)
+   32-bit seeds; here every secret comes from ``os.urandom`` or an AES-256-CTR stream keyed by an agreed secret.)
 3. ``BLIND_COUNTS``: every silo derives the blinds ``r_u`` (uniform in ``Z_n^*``) from R and sends
    ``r_u n_{s,u} + pairwise masks mod n``; the server sums to ``B_u = r_u N_u``. Users with ``B_u = 0`` have
    ``N_u = 0``, no inverse: they are excluded (``PwpServer.excluded_users``). The server sends
@@ -162,7 +162,7 @@ class PwpConfig:
 
 def prg_residues(key: bytes, *, label: bytes, index: int, count: int, modulus: int) -> list[mpz]:
     """``count`` pseudorandom residues modulo ``modulus``, statistically uniform (``KAPPA`` extra bits each):
-    secure aggregation's ChaCha20 stream ([`mask_stream`][protocols.secure_aggregation.mask_stream]) under
+    secure aggregation's AES-256-CTR stream ([`mask_stream`][protocols.secure_aggregation.mask_stream]) under
     ``HKDF-SHA256(key, label)``, at nonce ``index``."""
     subkey = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL + label).derive(key)
     words = (int(modulus).bit_length() + KAPPA + 63) // 64

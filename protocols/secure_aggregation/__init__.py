@@ -22,7 +22,7 @@ engine's loop). With ``server="may_lie"`` a set-up registers every silo's Ed2551
 3. ``COLLECT_SHARES``: ``u`` decrypts and keeps the shares of the neighbours that shared (``U2``).
 4. ``protect`` (round 2): ``y_u = encode(x_u) + PRG(b_u) + sum_v s_uv PRG(k_uv)`` mod 2^64 over those
    neighbours ``v``, ``s_uv = +1`` if ``u < v`` else ``-1``, ``k_uv = HKDF(X25519(sk_u, pk_v))``, PRG the
-   ChaCha20 keystream (``masks.py``).
+   AES-256-CTR keystream (``masks.py``).
 5. ``may_lie`` only, the consistency round (round 3): ``unmask_requests`` sends every uploader the claimed set of
    uploaders ``U3``; each signs it; ``unmask_follow_up`` forwards the signatures; a silo reveals nothing unless,
    for every silo whose share it holds, ``t`` of that silo's holders signed the same ``U3``.
