@@ -1,7 +1,8 @@
 """The mask PRG of secure aggregation: ``masks.mask_sum`` (AES-256-CTR streams, each added to the total from one
 reused row) against the ChaCha20 streams summed in blocks of 16 rows that it replaced, on a silo's masks of one
 round: K + 1 streams of the model's length (default: ``may_lie``'s K = 78 at 1,000 silos and the digits MLP's
-55,210 words). Both are timed in turns in this process; medians over ``--repeats`` and their ratio.
+55,210 words). Then the two ciphers alone: one keystream of the same length written into an array. Everything
+is timed in turns in this process; medians over ``--repeats`` and their ratio.
 
     PYTHONPATH=. python benchmarks/bench_mask_prg.py [--streams 79 30] [--length 55210] [--repeats 20]
 """
@@ -16,9 +17,13 @@ from typing import Callable
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-from protocols.secure_aggregation.masks import mask_sum
+from protocols.secure_aggregation.masks import MaskStreams, mask_sum
 
 _BLOCK_ROWS = 16
+
+
+def _chacha20_nonce(round_index: int) -> bytes:
+    return (0).to_bytes(4, "little") + round_index.to_bytes(12, "little")
 
 
 def chacha20_block_sum(plus: list[bytes], minus: list[bytes], *, round_index: int, length: int) -> np.ndarray:
@@ -26,7 +31,7 @@ def chacha20_block_sum(plus: list[bytes], minus: list[bytes], *, round_index: in
     total = np.zeros(length, dtype=np.uint64)
     zeros = bytes(8 * length)
     block = np.empty((min(_BLOCK_ROWS, max(len(plus), len(minus), 1)), length), dtype=np.uint64)
-    nonce = (0).to_bytes(4, "little") + round_index.to_bytes(12, "little")
+    nonce = _chacha20_nonce(round_index)
     for keys, add in ((plus, np.add), (minus, np.subtract)):
         for start in range(0, len(keys), len(block)):
             chunk = keys[start:start + len(block)]
@@ -45,6 +50,16 @@ def timed(function: Callable[[], object], repeats: int) -> list[float]:
     return seconds
 
 
+def in_turns(first: Callable[[], object], second: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median milliseconds of each, timed alternately after one warm-up call of each."""
+    first(), second()
+    a, b = [], []
+    for _ in range(repeats):
+        a += timed(first, 1)
+        b += timed(second, 1)
+    return 1e3 * statistics.median(a), 1e3 * statistics.median(b)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[79, 30], help="K + 1 (79: may_lie, 30: auto)")
@@ -56,16 +71,18 @@ def main() -> None:
     for streams in args.streams:
         keys = [os.urandom(32) for _ in range(streams)]
         plus, minus = keys[: streams // 2], keys[streams // 2:]
-        current = lambda: mask_sum(plus, minus, round_index=1, length=args.length)  # noqa: E731
-        replaced = lambda: chacha20_block_sum(plus, minus, round_index=1, length=args.length)  # noqa: E731
-        current(), replaced()  # warm up
-        new, old = [], []
-        for _ in range(args.repeats):  # in turns, so both see the same load
-            new += timed(current, 1)
-            old += timed(replaced, 1)
-        new_ms, old_ms = 1e3 * statistics.median(new), 1e3 * statistics.median(old)
+        new_ms, old_ms = in_turns(lambda: mask_sum(plus, minus, round_index=1, length=args.length),
+                                  lambda: chacha20_block_sum(plus, minus, round_index=1, length=args.length), args.repeats)
         print(f"| {streams} | {args.length} | {new_ms:.2f} | {old_ms:.2f} | {new_ms / old_ms:.3f} |")
-
+    key, row, zeros = os.urandom(32), np.empty(args.length, dtype=np.uint64), bytes(8 * args.length)
+    streams = MaskStreams(args.length)
+    aes_ms, chacha_ms = in_turns(
+        lambda: streams.write(key, round_index=1, out=row),
+        lambda: Cipher(algorithms.ChaCha20(key, _chacha20_nonce(1)), mode=None).encryptor().update_into(
+            zeros, memoryview(row).cast("B")),
+        10 * args.repeats)
+    print(f"\none keystream of {args.length} words: AES-256-CTR {aes_ms:.3f} ms, ChaCha20 {chacha_ms:.3f} ms, "
+          f"ratio {aes_ms / chacha_ms:.3f}")
 
 if __name__ == "__main__":
     main()

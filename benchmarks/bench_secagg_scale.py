@@ -125,7 +125,7 @@ def main() -> None:
           "| protocol set-up s | MB received by server | abandoned |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for silos, graph, workers, m, (ratio, cpu_ratio), abandoned in rows:
-        print(f"| {silos} | {graph} | {workers} | {m['round']:.2f} | {ratio:.2f} | {m['cpu']:.2f} | {cpu_ratio:.2f} | "
+        print(f"| {silos} | {graph} | {workers} | {m['round']:.2f} | {ratio:.3f} | {m['cpu']:.2f} | {cpu_ratio:.3f} | "
               f"{m['keys']:.2f} | {m['relay']:.2f} | "
               f"{m['train']:.2f} | {m['masking']:.3f} | {m['unmask']:.2f} | {m['combine']:.2f} | {m['first']:.2f} | "
               f"{m['setup']:.3f} | {m['bytes'] / 1e6:.2f} | {abandoned} |")

@@ -166,7 +166,7 @@ def prg_residues(key: bytes, *, label: bytes, index: int, count: int, modulus: i
     ``HKDF-SHA256(key, label)``, at nonce ``index``."""
     subkey = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL + label).derive(key)
     words = (int(modulus).bit_length() + KAPPA + 63) // 64
-    raw = mask_stream(subkey, round_index=index, length=count * words).tobytes()
+    raw = mask_stream(subkey, round_index=index, length=count * words).astype("<u8", copy=False).tobytes()
     step = 8 * words
     modulus = mpz(modulus)
     return [mpz(int.from_bytes(raw[i * step:(i + 1) * step], "little")) % modulus for i in range(count)]

@@ -2,9 +2,9 @@
 mask keys and the masked input's PRG): X25519 + HKDF-SHA256 keys, AES-256-CTR keystreams as little-endian
 uint64 words; the self-mask ``PRG(b)`` uses the same stream under a key derived from the seed ``b``.
 
-AES in counter mode is the PRG because the processor's AES instructions make it about twice as fast as ChaCha20
-here (a silo expands one stream of the whole model per neighbour every round, the largest cost of SecAgg+ at
-scale; ``benchmarks/bench_secagg_scale.py``)."""
+AES in counter mode is the PRG because the processor's AES instructions make its keystream about twice as fast as
+ChaCha20's here (``benchmarks/bench_mask_prg.py``); a silo expands one stream of the whole model per neighbour
+every round, one of the two largest costs of SecAgg+ at scale."""
 from __future__ import annotations
 
 import sys
