@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from typing import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from protocols.secure_aggregation.masks import MaskStreams, mask_sum
+from timing import median_seconds
 
 _BLOCK_ROWS = 16
 
@@ -41,25 +39,6 @@ def chacha20_block_sum(plus: list[bytes], minus: list[bytes], *, round_index: in
     return total
 
 
-def timed(function: Callable[[], object], repeats: int) -> list[float]:
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        seconds.append(time.perf_counter() - started)
-    return seconds
-
-
-def in_turns(first: Callable[[], object], second: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median milliseconds of each, timed alternately after one warm-up call of each."""
-    first(), second()
-    a, b = [], []
-    for _ in range(repeats):
-        a += timed(first, 1)
-        b += timed(second, 1)
-    return 1e3 * statistics.median(a), 1e3 * statistics.median(b)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[79, 30], help="K + 1 (79: may_lie, 30: auto)")
@@ -71,18 +50,21 @@ def main() -> None:
     for streams in args.streams:
         keys = [os.urandom(32) for _ in range(streams)]
         plus, minus = keys[: streams // 2], keys[streams // 2:]
-        new_ms, old_ms = in_turns(lambda: mask_sum(plus, minus, round_index=1, length=args.length),
-                                  lambda: chacha20_block_sum(plus, minus, round_index=1, length=args.length), args.repeats)
+        seconds = median_seconds({
+            "new": lambda: mask_sum(plus, minus, round_index=1, length=args.length),
+            "old": lambda: chacha20_block_sum(plus, minus, round_index=1, length=args.length)}, repeats=args.repeats)
+        new_ms, old_ms = 1e3 * seconds["new"], 1e3 * seconds["old"]
         print(f"| {streams} | {args.length} | {new_ms:.2f} | {old_ms:.2f} | {new_ms / old_ms:.3f} |")
     key, row, zeros = os.urandom(32), np.empty(args.length, dtype=np.uint64), bytes(8 * args.length)
-    streams = MaskStreams(args.length)
-    aes_ms, chacha_ms = in_turns(
-        lambda: streams.write(key, round_index=1, out=row),
-        lambda: Cipher(algorithms.ChaCha20(key, _chacha20_nonce(1)), mode=None).encryptor().update_into(
-            zeros, memoryview(row).cast("B")),
-        10 * args.repeats)
+    writer = MaskStreams(args.length)
+    seconds = median_seconds({
+        "aes": lambda: writer.write(key, round_index=1, out=row),
+        "chacha": lambda: Cipher(algorithms.ChaCha20(key, _chacha20_nonce(1)), mode=None).encryptor().update_into(
+            zeros, memoryview(row).cast("B"))}, repeats=10 * args.repeats)
+    aes_ms, chacha_ms = 1e3 * seconds["aes"], 1e3 * seconds["chacha"]
     print(f"\none keystream of {args.length} words: AES-256-CTR {aes_ms:.3f} ms, ChaCha20 {chacha_ms:.3f} ms, "
           f"ratio {aes_ms / chacha_ms:.3f}")
+
 
 if __name__ == "__main__":
     main()

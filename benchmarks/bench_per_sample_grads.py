@@ -11,8 +11,6 @@ before timing; medians and ratios measured in the same run are printed.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 from typing import Callable
 
@@ -21,6 +19,7 @@ from opacus import GradSampleModule
 
 from mechanisms.fast_clipping import clipped_gradient_sum
 from mechanisms.per_sample import clip_and_sum, per_sample_gradients
+from timing import median_seconds
 
 
 def mnist_cnn() -> torch.nn.Module:
@@ -54,20 +53,6 @@ def opacus_per_sample_gradients(
     module.zero_grad(set_to_none=True)
     torch.nn.functional.cross_entropy(module(features), labels, reduction="sum").backward()
     return [p.grad_sample for p in module.parameters()]
-
-
-def median_seconds(candidates: dict[str, Callable[[], object]], *, repeats: int) -> dict[str, float]:
-    """Median time of each candidate; repeats are interleaved so that load changes on a shared machine hit
-    every candidate alike."""
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    for fn in candidates.values():
-        fn()  # warm-up
-    for _ in range(repeats):
-        for name, fn in candidates.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def model_and_batch(build: Callable[[], torch.nn.Module], *, batch: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
