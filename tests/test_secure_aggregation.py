@@ -883,6 +883,20 @@ def test_sampled_rounds_with_a_fixed_coalition_fail_less_often_than_reported(cli
         assert naive < observed  # the old bound, per round size, was broken by sampling
 
 
+@pytest.mark.parametrize(("dropout_rate", "server", "degree", "threshold"), [
+    (0.05, "honest_but_curious", 29, 17), (0.02, "honest_but_curious", 24, 16), (0.01, "honest_but_curious", 21, 15),
+    (0.05, "may_lie", 78, 52), (0.02, "may_lie", 42, 32), (0.01, "may_lie", 33, 26),
+])
+def test_the_documented_parameters_at_a_thousand_silos(dropout_rate, server, degree, threshold) -> None:
+    # docs/protocols/secure-aggregation.md: how protocol.dropout_rate sets K at 1,000 silos. A server that places
+    # its d dropouts needs two windows of L = K/2 positions to hold 2L - d corrupt silos, so K must exceed d.
+    chosen, bounds = auto_parameters(1000, dropout_rate=dropout_rate, server=server)
+    assert (chosen.degree, chosen.threshold) == (degree, threshold)
+    assert bounds.security <= 2.0**-40 and bounds.correctness <= 2.0**-20
+    if server == "may_lie":
+        assert 2 * chosen.threshold > chosen.share_set and 2 * (chosen.degree // 2) > dropped_silos(1000, dropout_rate)
+
+
 def test_auto_under_sampling_counts_the_coalition_against_the_federation() -> None:
     """A round of 10 out of 100 silos with 5 corrupt may hold all 5: auto needs t > 5 (complete graph), where a
     federation of 10 would allow far less; summary.json reports each size's parameters and bounds."""
