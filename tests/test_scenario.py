@@ -158,7 +158,7 @@ def test_min_participants_defaults_to_two_with_secure_aggregation_and_is_checked
 def test_registry_names_match_the_mechanism_classes():
     from mechanisms.registry import MECHANISM_NAMES, mechanism_class
 
-    assert MECHANISM_NAMES == ("dp_sgd", "dprivacy", "none", "pldp", "rpdp", "uldp")
+    assert MECHANISM_NAMES == ("dp_fedavg", "dp_sgd", "dprivacy", "none", "pldp", "rpdp", "uldp")
     for name in MECHANISM_NAMES:
         assert mechanism_class(name).name == name
     with pytest.raises(KeyError):

@@ -1,0 +1,100 @@
+"""``dp_fedavg``: client-level DP-FedAvg (McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private
+Recurrent Language Models", ICLR 2018, Algorithm 1).
+
+Neighbouring relation: one silo's update zeroed out (the silo is still sampled and counted; Kairouz et al. 2021's
+zero-out relation, which the add/remove-one analysis of the Poisson-subsampled Gaussian covers). Per round the
+server Poisson-samples silos at rate q (``federation.client_rate``); each sampled silo trains locally from the
+global model (FedAvg's local SGD, with FedProx's term where ``federation.proximal_mu`` > 0), clips its model delta
+to L2 norm C and uploads it. The server adds ``N(0, (z C)^2 I)`` to the sum and divides by the *expected* number of
+participants ``q N`` (McMahan et al.'s fixed-denominator estimator, Sec. 3): dividing by the realised number would
+publish how many silos took part, which forfeits the amplification by sampling. The silos upload the public q
+beside their update, so that the server learns it without the realised count entering the model. The noise is
+drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
+Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mechanisms.base import (
+    GlobalState,
+    Mechanism,
+    PrivacyAccountant,
+    ServerMechanism,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+)
+from mechanisms.dp_fedavg.params import DpFedAvgParams
+from mechanisms.events import ClientLevelGaussianEvent
+from mechanisms.fedavg import local_sgd
+
+SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
+
+
+def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:
+    """``vector * min(1, bound / ||vector||_2)``."""
+    norm = float(np.linalg.norm(vector))
+    return vector if norm <= bound else vector * (bound / norm)
+
+
+class DpFedAvgSilo(SiloMechanism):
+    """Local SGD from the global model; uploads ``[clip(delta, C), q]``."""
+
+    def __init__(self, context: SiloContext, params: DpFedAvgParams) -> None:
+        self.context, self.params = context, params
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        ctx, params = self.context, self.params
+        (start,) = state
+        delta, mean_loss = local_sgd(ctx, start)
+        update = clip_to_norm(delta, params.clip_norm)
+        if ctx.canaries is not None and len(ctx.canaries):  # canary client c uploads C u_c with its host silo
+            update = update + params.clip_norm * ctx.canaries.directions(delta.size).sum(axis=0)
+        rate = ctx.training.client_rate
+        event = ClientLevelGaussianEvent(round_index=round_index, sampling_rate=rate, noise_multiplier=params.noise_multiplier)
+        return SiloContribution(vector=np.concatenate([update, [rate]]), events=(event,), metrics={"train_loss": mean_loss})
+
+
+class DpFedAvgServer(ServerMechanism):
+    """Adds ``N(0, (z C)^2 I)`` to the sum of the clipped updates and applies it divided by ``q N``."""
+
+    def __init__(self, params: DpFedAvgParams, *, num_silos: int) -> None:
+        self.params, self.num_silos = params, num_silos
+        self.rng: np.random.Generator | None = None
+
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> None:
+        self.rng = rng  # the server's generator: this round's noise is drawn from it
+        return None
+
+    def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
+        (params,) = state
+        rate = contribution_sum[-1] / num_participants  # every upload carries the same public q
+        scale = self.params.noise_multiplier * self.params.clip_norm
+        noisy = contribution_sum[: params.size] + self.rng.normal(0.0, scale, params.size)
+        return (params + noisy / (rate * self.num_silos),)
+
+
+class DpFedAvg(Mechanism):
+    """DP-FedAvg (see the module docstring)."""
+
+    name = "dp_fedavg"
+    privacy_unit = "client"
+    Params = DpFedAvgParams
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        return DpFedAvgSilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        raise TypeError("dp_fedavg's server divides by q N; use server_for(num_silos=..., num_users=...)")
+
+    def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        return DpFedAvgServer(self.params, num_silos=num_silos)
+
+    def accountant(self) -> PrivacyAccountant:
+        from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+
+        return ClientLevelAccountant(delta=self.params.delta, accountant=self.params.accountant)
+
+    def assumed_public(self) -> tuple[str, ...]:
+        return (SILO_COUNT_PUBLIC,)
