@@ -11,10 +11,20 @@ publish how many silos took part, which forfeits the amplification by sampling. 
 beside their update, so that the server learns it without the realised count entering the model. The noise is
 drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
 Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
+
+Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive Clipping",
+NeurIPS 2021, Algorithm 1): the server sends the round's clip norm C_t as the round plan; each silo also uploads
+``b_i - 1/2``, with ``b_i = 1`` where its update's norm is at most C_t (centred, so one silo moves the sum by 1/2);
+the server adds N(0, sigma_b^2) to that sum, estimates the unclipped fraction ``b = sum / (q N) + 1/2`` and sets
+``C_{t+1} = C_t exp(-eta_C (b - gamma))``. The update's noise is ``z_delta C_t`` with z_delta from
+``DpFedAvgParams.update_noise_multiplier``, so that the round is one Gaussian mechanism of multiplier z.
 """
 from __future__ import annotations
 
 import numpy as np
+
+import math
+from dataclasses import dataclass
 
 from mechanisms.base import (
     GlobalState,
@@ -38,41 +48,63 @@ def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:
     return vector if norm <= bound else vector * (bound / norm)
 
 
+@dataclass(frozen=True)
+class ClipNorm:
+    """Adaptive clipping's round plan: the clip norm C_t of the round (public: computed from noisy sums)."""
+
+    value: float
+
+
 class DpFedAvgSilo(SiloMechanism):
-    """Local SGD from the global model; uploads ``[clip(delta, C), q]``."""
+    """Local SGD from the global model; uploads ``[clip(delta, C), q]``, or ``[clip(delta, C_t), b - 1/2, q]``
+    with adaptive clipping."""
 
     def __init__(self, context: SiloContext, params: DpFedAvgParams) -> None:
         self.context, self.params = context, params
 
     def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        return self.contribute_with_plan(state, round_index=round_index, plan=None)
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: ClipNorm | None) -> SiloContribution:
         ctx, params = self.context, self.params
+        clip = params.clip_norm if plan is None else plan.value
         (start,) = state
         delta, mean_loss = local_sgd(ctx, start)
-        update = clip_to_norm(delta, params.clip_norm)
+        update = clip_to_norm(delta, clip)
+        unclipped, members = float(np.linalg.norm(delta) <= clip), 1
         if ctx.canaries is not None and len(ctx.canaries):  # canary client c uploads C u_c with its host silo
-            update = update + params.clip_norm * ctx.canaries.directions(delta.size).sum(axis=0)
+            update = update + clip * ctx.canaries.directions(delta.size).sum(axis=0)
+            unclipped, members = unclipped + len(ctx.canaries), members + len(ctx.canaries)  # norm C: unclipped
         rate = ctx.training.client_rate
+        count = [unclipped - members / 2] if params.clipping == "adaptive" else []
         event = ClientLevelGaussianEvent(round_index=round_index, sampling_rate=rate, noise_multiplier=params.noise_multiplier)
-        return SiloContribution(vector=np.concatenate([update, [rate]]), events=(event,), metrics={"train_loss": mean_loss})
+        vector = np.concatenate([update, count, [rate]])
+        return SiloContribution(vector=vector, events=(event,), metrics={"train_loss": mean_loss})
 
 
 class DpFedAvgServer(ServerMechanism):
-    """Adds ``N(0, (z C)^2 I)`` to the sum of the clipped updates and applies it divided by ``q N``."""
+    """Adds ``N(0, (z_delta C)^2 I)`` to the sum of the clipped updates and applies it divided by ``q N``; with
+    adaptive clipping also updates C from the noisy count of unclipped updates."""
 
     def __init__(self, params: DpFedAvgParams, *, num_silos: int) -> None:
         self.params, self.num_silos = params, num_silos
+        self.clip_norm = params.clip_norm  # C_t
         self.rng: np.random.Generator | None = None
 
-    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> None:
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> ClipNorm | None:
         self.rng = rng  # the server's generator: this round's noise is drawn from it
-        return None
+        return ClipNorm(self.clip_norm) if self.params.clipping == "adaptive" else None
 
     def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
         (params,) = state
-        rate = contribution_sum[-1] / num_participants  # every upload carries the same public q
-        scale = self.params.noise_multiplier * self.params.clip_norm
+        params_ = self.params
+        expected = contribution_sum[-1] / num_participants * self.num_silos  # q N: every upload carries the public q
+        scale = params_.update_noise_multiplier() * self.clip_norm
         noisy = contribution_sum[: params.size] + self.rng.normal(0.0, scale, params.size)
-        return (params + noisy / (rate * self.num_silos),)
+        if params_.clipping == "adaptive":
+            unclipped = (contribution_sum[params.size] + self.rng.normal(0.0, params_.clipped_count_stddev)) / expected + 0.5
+            self.clip_norm *= math.exp(-params_.clip_learning_rate * (unclipped - params_.target_quantile))
+        return (params + noisy / expected,)
 
 
 class DpFedAvg(Mechanism):
