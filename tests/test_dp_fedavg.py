@@ -15,7 +15,11 @@ from mechanisms.dp_fedavg.mechanism import DpFedAvgServer, clip_to_norm
 from mechanisms.dp_fedavg.params import DpFedAvgParams
 from mechanisms.events import ClientLevelGaussianEvent
 from mechanisms.rdp import DEFAULT_ORDERS
+from mechanisms.canaries import SiloCanaries
+from mechanisms.dp_fedavg.mechanism import ClipNorm, DpFedAvg
+from simulator.audit.runner import audit
 from simulator.engine import run
+from tests.conftest import REPO, tiny_silo_context
 
 DELTA = 1e-5
 SETTINGS = [(1.0, 1.0, 10), (0.5, 1.0, 30), (0.1, 0.8, 200), (0.01, 1.2, 1000)]  # (q, z, rounds)
@@ -165,3 +169,45 @@ def test_run_through_ray_reports_the_accountants_epsilon(ray_local, tmp_path, cl
     assert privacy["guarantee"].startswith("client-level")
     assert any("number of silos" in item for item in privacy["assumed_public"])
     assert np.isfinite(summary["final"]["accuracy"])
+
+
+@pytest.mark.parametrize("clipping", ["fixed", "adaptive"])
+def test_silo_uploads_its_clipped_update_and_canary_clients_add_c_u(clipping) -> None:
+    """``[clip(delta, C), (b - 1/2), q]``; each hosted canary client adds C u_c and, with adaptive clipping, one
+    unclipped member to the count (its norm is C)."""
+    adaptive = {"clipped_count_stddev": 1.0} if clipping == "adaptive" else {}
+    params = DpFedAvgParams(clip_norm=0.01, clipping=clipping, **adaptive)
+    canaries = SiloCanaries(ids=np.array([3, 8]), seed=11)
+    plan = ClipNorm(0.01) if adaptive else None
+    contributions = []
+    for hosted in (None, canaries):
+        context = tiny_silo_context(canaries=hosted)
+        start = np.concatenate([p.detach().reshape(-1).double().numpy() for p in context.model.parameters()])
+        contributions.append(DpFedAvg(params).silo(context).contribute_with_plan((start,), round_index=4, plan=plan))
+    without, with_canaries = contributions
+    d = start.size
+    assert np.linalg.norm(without.vector[:d]) == pytest.approx(0.01)  # local SGD moves more than 0.01: clipped
+    assert without.vector[-1] == 1.0 and without.vector.size == d + 1 + bool(adaptive)
+    if adaptive:
+        assert without.vector[d] == -0.5 and with_canaries.vector[d] == -0.5 + 2 * 0.5
+    added = with_canaries.vector[:d] - without.vector[:d]
+    assert np.allclose(added, 0.01 * canaries.directions(d).astype(np.float64).sum(axis=0), atol=1e-9)
+    assert without.events == with_canaries.events == (ClientLevelGaussianEvent(round_index=4, sampling_rate=1.0, noise_multiplier=1.0),)
+
+
+def test_client_level_audit_bound_is_positive_and_below_the_claim(ray_local) -> None:
+    """The shipped audit at a smaller size (three silos, 300 canaries, logistic regression)."""
+    report = audit(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml",
+                   overrides=["model.name=logistic_regression", "audit.canaries=300", "data.silos=3"])
+    assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
+    assert report.to_json()["unit"] == "client"
+
+
+def test_audit_refuses_client_sampling(tmp_path) -> None:
+    from simulator.errors import ScenarioError
+    from simulator.scenario import load_scenario_file, validate_scenario
+
+    raw = load_scenario_file(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml")
+    raw["federation"] = {**raw["federation"], "client_rate": 0.5}
+    with pytest.raises(ScenarioError, match="federation.client_rate"):
+        validate_scenario(raw)

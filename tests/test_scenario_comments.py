@@ -103,7 +103,7 @@ def test_dp_sgd_audit_claims(sigma: float, digits: int) -> None:
     _stated("audits/dp_sgd_digits.yaml", _dp_sgd_epsilon(raw, records=100, steps=steps), digits)
 
 
-@pytest.mark.parametrize("name", ["dp_fedavg/central.yaml", "dp_fedavg/adaptive.yaml"])
+@pytest.mark.parametrize("name", ["dp_fedavg/central.yaml", "dp_fedavg/adaptive.yaml", "audits/dp_fedavg_digits.yaml"])
 def test_dp_fedavg_epsilons(name: str) -> None:
     """Client-level: every round counted at q = client_rate (the third party's figure) and at q = 1 (the server's)."""
     from mechanisms.accounting import schedule_epsilon
