@@ -79,6 +79,24 @@ def test_accountant_refuses_disagreeing_silos_and_other_events() -> None:
     assert _accountant(1.0, 0.0, 3).report()["epsilon"] is None  # z = 0: no guarantee
 
 
+def test_the_divisor_does_not_depend_on_the_number_of_uploads() -> None:
+    """q as uploaded sums exactly over any number of silos (in silo order, as the plain sum adds), so the server's
+    q N is the same bit for bit whoever took part; through a fixed-point codec too."""
+    from mechanisms.dp_fedavg.mechanism import public_rate
+    from protocols.fixed_point import FixedPointCodec
+
+    codec = FixedPointCodec(fractional_bits=24, max_summands=1000)
+    for q in (0.3, 1 / 3, 0.05, 0.001, 0.7):
+        rates = set()
+        for n in (1, 2, 3, 7, 10, 99, 1000):
+            plain = 0.0
+            for _ in range(n):
+                plain += public_rate(q)
+            secure = codec.decode(sum(codec.encode(np.array([public_rate(q)])) for _ in range(n)), summands=n)[0]
+            rates |= {plain / n, secure / n}
+        assert len(rates) == 1 and abs(rates.pop() - q) <= 2**-21
+
+
 def test_clip_to_norm() -> None:
     rng = np.random.default_rng(0)
     for scale in (0.1, 1.0, 10.0):

@@ -8,7 +8,8 @@ global model (FedAvg's local SGD, with FedProx's term where ``federation.proxima
 to L2 norm C and uploads it. The server adds ``N(0, (z C)^2 I)`` to the sum and divides by the *expected* number of
 participants ``q N`` (McMahan et al.'s fixed-denominator estimator, Sec. 3): dividing by the realised number would
 publish how many silos took part, which forfeits the amplification by sampling. The silos upload the public q
-beside their update, so that the server learns it without the realised count entering the model. The noise is
+(as a multiple of 2^-20, see ``public_rate``) beside their update, so that the server learns it without the realised
+count entering the model. The noise is
 drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
 Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
 
@@ -40,6 +41,14 @@ from mechanisms.events import ClientLevelGaussianEvent
 from mechanisms.fedavg import local_sgd
 
 SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
+RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
+
+
+def public_rate(rate: float) -> float:
+    """The client rate as every silo uploads it, ``round(q 2^20) 2^-20``: its sum over any set of uploads is exact
+    (also through secure aggregation's fixed point), so the divisor the server reads never depends on how many
+    silos took part, not even in its last bit."""
+    return round(rate * 2**RATE_BITS) / 2**RATE_BITS
 
 
 def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:
@@ -78,7 +87,7 @@ class DpFedAvgSilo(SiloMechanism):
         rate = ctx.training.client_rate
         count = [unclipped - members / 2] if params.clipping == "adaptive" else []
         event = ClientLevelGaussianEvent(round_index=round_index, sampling_rate=rate, noise_multiplier=params.noise_multiplier)
-        vector = np.concatenate([update, count, [rate]])
+        vector = np.concatenate([update, count, [public_rate(rate)]])
         return SiloContribution(vector=vector, events=(event,), metrics={"train_loss": mean_loss})
 
 
