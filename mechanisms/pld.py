@@ -26,8 +26,11 @@ small delta: 10,000 steps at sigma 8 read 156.824 at delta 1e-10 where the exact
 1e-12 where it is 165.26 (the composition's numerical error, of the order of 1e-13 in delta, is no longer small
 against delta). For ``q < 1`` the grid stays, five times finer below
 :data:`SMALL_DELTA`, and its epsilon is read at :data:`DELTA_SAFETY` times delta, a margin against such errors.
-This is checked, not proved: ``tests/test_pld_accounting.py`` compares it at delta 1e-8 to 1e-12 with
-dp_accounting's pessimistic estimate on a grid of 1e-5, and the grid itself with the exact q = 1 values.
+Below :data:`SMALLEST_DELTA` that margin no longer holds (float64 FFT composition moved 1,000 steps at q 0.1, sigma
+0.8 to 60.420 at delta 1e-12, where the true figure is at least 60.4396), so a subsampled schedule is refused
+there (:func:`check_pld_delta`; RDP is the alternative). At and above it this is checked, not proved:
+``tests/test_pld_accounting.py`` compares it at delta 1e-8 and 1e-10 with dp_accounting's pessimistic estimate on
+a grid of 1e-5, and the grid itself with the exact q = 1 values.
 
 The neighbouring relation is add/remove one unit (a record for ``dp_sgd``, a user for ``uldp``): dp_accounting
 keeps both directions' distributions and reports the worse. One step's PLD is built once per ``(q, sigma)``
@@ -63,6 +66,11 @@ DELTA_SAFETY = 0.99
 in delta are about 1e-13 absolute (after 10,000 self-compositions), far below 1 % of any delta >= 1e-10; the cost is
 a larger epsilon by ``0.01 / (d delta / d epsilon)``, below 0.1 % of the figure at delta 1e-5."""
 
+SMALLEST_DELTA = 1e-10
+"""The smallest delta at which a subsampled schedule's PLD epsilon is given: below it float64 FFT composition errs by
+more than the :data:`DELTA_SAFETY` margin (at 1e-12, 1,000 steps: -0.02 to -0.17 in epsilon against rigorous and
+long-double references), and :func:`pld_epsilon` refuses rather than print an epsilon below the truth."""
+
 GAUSSIAN_EPSILON_TOLERANCE = 1e-12
 """Relative tolerance of :func:`gaussian_epsilon`'s root (the bracket's upper end is returned)."""
 
@@ -93,8 +101,8 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
 
     Each entry is ``steps`` self-compositions of one step's PLD; entries compose by convolution, and the epsilon is
     read at ``DELTA_SAFETY * delta`` (on the fine grid below ``SMALL_DELTA``). Where every entry has rate 1 it is the exact Gaussian composition instead
-    (:func:`gaussian_epsilon`). Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
-    gives inf (no guarantee).
+    (:func:`gaussian_epsilon`), at any delta. Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
+    gives inf (no guarantee). A subsampled schedule below :data:`SMALLEST_DELTA` raises ValueError (:func:`check_pld_delta`).
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
@@ -103,6 +111,7 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
         return math.inf
     if active and all(rate == 1.0 for rate, _, _ in active):  # one Gaussian mechanism: exact, no grid
         return gaussian_epsilon(math.sqrt(sum(steps / sigma**2 for _, sigma, steps in active)), delta)
+    check_pld_delta(delta)
     interval = VALUE_DISCRETIZATION_INTERVAL if delta >= SMALL_DELTA else FINE_VALUE_DISCRETIZATION_INTERVAL
     composed = None
     for rate, sigma, steps in active:
@@ -111,6 +120,14 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
     if composed is None:
         return 0.0
     return float(composed.get_epsilon_for_delta(DELTA_SAFETY * delta))
+
+
+def check_pld_delta(delta: float) -> None:
+    """Raise ValueError, one line naming RDP, where ``delta`` is below :data:`SMALLEST_DELTA` (the scenario's
+    ``mechanism.delta`` with ``accountant: pld`` is refused by the same test)."""
+    if delta < SMALLEST_DELTA:
+        raise ValueError(f"the PLD accountant is not given at delta {delta:g}, below {SMALLEST_DELTA:g} (float64 "
+                         f"composition errs by more than its margin there); allowed: rdp, or pld with delta >= {SMALLEST_DELTA:g}")
 
 
 def gaussian_delta(epsilon: float, mu: float) -> float:
