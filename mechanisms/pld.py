@@ -44,6 +44,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
@@ -106,20 +107,36 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
-    active = [(float(rate), float(sigma), int(steps)) for rate, sigma, steps in schedule if steps and rate]
+    active = active_entries(schedule)
     if any(sigma == 0.0 for _, sigma, _ in active):
         return math.inf
     if active and all(rate == 1.0 for rate, _, _ in active):  # one Gaussian mechanism: exact, no grid
-        return gaussian_epsilon(math.sqrt(sum(steps / sigma**2 for _, sigma, steps in active)), delta)
+        return gaussian_epsilon(gaussian_mu(active), delta)
     check_pld_delta(delta)
     interval = VALUE_DISCRETIZATION_INTERVAL if delta >= SMALL_DELTA else FINE_VALUE_DISCRETIZATION_INTERVAL
+    if not active:
+        return 0.0
+    return float(composed_pld(active, interval).get_epsilon_for_delta(DELTA_SAFETY * delta))
+
+
+def active_entries(schedule: Schedule) -> Schedule:
+    """The entries of ``schedule`` that release something (a step at a rate above 0), as floats and ints."""
+    return tuple((float(rate), float(sigma), int(steps)) for rate, sigma, steps in schedule if steps and rate)
+
+
+def gaussian_mu(schedule: Schedule) -> float:
+    """``mu = sqrt(sum steps / sigma^2)`` of entries at rate 1: one Gaussian mechanism (Dong, Roth and Su, Cor. 3.3)."""
+    return math.sqrt(sum(steps / sigma**2 for _, sigma, steps in schedule))
+
+
+def composed_pld(active: Schedule, interval: float = VALUE_DISCRETIZATION_INTERVAL) -> Any:
+    """The PLD of the (non-empty, noisy) ``active`` entries composed: each one step's PLD self-composed ``steps``
+    times, the entries convolved."""
     composed = None
     for rate, sigma, steps in active:
         entry = _one_step(rate, sigma, interval).self_compose(steps)
         composed = entry if composed is None else composed.compose(entry)
-    if composed is None:
-        return 0.0
-    return float(composed.get_epsilon_for_delta(DELTA_SAFETY * delta))
+    return composed
 
 
 def check_pld_delta(delta: float) -> None:
@@ -130,13 +147,15 @@ def check_pld_delta(delta: float) -> None:
                          f"composition errs by more than its margin there); allowed: rdp, or pld with delta >= {SMALLEST_DELTA:g}")
 
 
-def gaussian_delta(epsilon: float, mu: float) -> float:
+def gaussian_delta(epsilon: Any, mu: float) -> Any:
     """The exact ``delta(epsilon)`` of the ``mu``-Gaussian mechanism (Balle and Wang 2018, Thm. 8),
     ``Phi(a) - e^eps Phi(b)`` with ``a = -eps / mu + mu / 2``, ``b = a - mu``, written
-    ``Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a)))`` so that neither term under- or overflows."""
-    a = -epsilon / mu + mu / 2.0
-    log_phi_a = float(log_ndtr(a))
-    return math.exp(log_phi_a) * -math.expm1(epsilon + float(log_ndtr(a - mu)) - log_phi_a)
+    ``Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a)))`` so that neither term under- or overflows; ``epsilon`` a
+    number (a float is returned) or a NumPy array (elementwise)."""
+    a = -np.asarray(epsilon, dtype=np.float64) / mu + mu / 2.0
+    log_phi_a = log_ndtr(a)
+    delta = np.exp(log_phi_a) * -np.expm1(epsilon + log_ndtr(a - mu) - log_phi_a)
+    return float(delta) if np.ndim(delta) == 0 else delta
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
