@@ -26,7 +26,7 @@ from simulator.audit.canaries import CanaryPlan
 from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.directions import dirac_coordinates
-from simulator.audit.mechanism_mu import mechanism_mu
+from simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.audit.scores import UploadLikelihoods, uploaded_changes
 from simulator.data import Dataset
@@ -84,17 +84,18 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
         if key in privacy:
             claims[f"claimed_{key}"] = privacy[key]
     claims.update(client_claims(scenario.mechanism.name, privacy, hosts=np.unique(plan.hosts[plan.included])))
-    mu_star, mu_star_basis = mechanism_mu(scenario.mechanism.name, result, claims)
+    name = scenario.mechanism.name
     if plan.budgets is None:
-        groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], mu_star=mu_star, delta=delta,
-                         confidence=confidence),)
+        groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence,
+                         mu_star=mechanism_mu(name, result, claims)),)
     else:  # one bound per level; the levels split the confidence, so that their largest bound keeps it
         levels = np.unique(plan.budgets)
         split = 1.0 - (1.0 - confidence) / levels.size
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
-                              mu_star=mu_star, delta=delta, confidence=split) for b in levels)
+                              delta=delta, confidence=split, mu_star=mechanism_mu(name, result, claims, budget=float(b)))
+                       for b in levels)
     return AuditReport(scenario=scenario, unit=unit, view=audit_view(scenario), seed=plan.seed, delta=delta, claims=claims,
-                       groups=groups, result=result, mu_star_basis=mu_star_basis)
+                       groups=groups, result=result, mu_star_basis=mu_star_basis(name))
 
 
 def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, mu_star: float | None,
