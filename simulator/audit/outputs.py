@@ -1,6 +1,6 @@
 """The files of ``privsilo audit``, written all or nothing: the audited run's usual files, ``audit.json`` and
 ``audit.png`` (the canaries' score histograms, included against excluded, and the lower bound against the number
-of guesses, beside the claimed epsilon)."""
+of guesses, beside the run's ceiling and the claimed epsilon)."""
 from __future__ import annotations
 
 import json
@@ -37,6 +37,8 @@ def plot_audit(report: AuditReport, path: Path) -> None:
         hist.legend()
         candidates = () if group.bound is None else group.bound.candidates
         bound.plot([k for k, _, _ in candidates], [e for _, _, e in candidates], marker="o", label=f"lower bound ({group.confidence:.4g})")
+        if group.bound is not None:
+            bound.axhline(group.ceiling, color="tab:grey", linestyle=":", label=f"ceiling {group.ceiling:.3g} (this run)")
         if group.claimed_epsilon is not None:
             bound.axhline(group.claimed_epsilon, color="tab:red", linestyle="--", label=f"claimed {group.claimed_epsilon:.3g}")
         bound.set(xscale="log", xlabel="guesses", ylabel="epsilon", title=f"{title}empirical lower bound (delta = {report.delta:g})")
