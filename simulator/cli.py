@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
 from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
-from simulator.output_dirs import RUNS_ROOT, check_out_directory, new_directory, refuse_finished, removed_if_unused
+from simulator.output_dirs import RUNS_ROOT, check_out_directory, claim, new_directory, removed_if_unused
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", help="merge the runs of several sweep output directories into one table")
     merge.add_argument("sweeps", type=Path, nargs="+", help="sweep output directories (each with a runs.csv)")
     merge.add_argument("--out", type=Path, required=True, help="output directory for the merged runs, table and plot")
+    merge.add_argument("--overwrite", action="store_true", help="replace a finished result in --out (refused without this)")
 
     validate = commands.add_parser("validate", help="check a scenario or grid file (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
@@ -133,12 +134,11 @@ def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | N
 
 
 @contextmanager
-def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file: str) -> Iterator[Path]:
-    """``--out``, refused if it holds ``finished_file`` (without ``--overwrite``), or a new
-    ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
+def _output_dir(args: argparse.Namespace, *, default_parent: Path, kind: str) -> Iterator[Path]:
+    """``--out``, refused if privsilo may not write ``kind`` of output there (:func:`simulator.output_dirs.claim`),
+    or a new ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
     if args.out is not None:
-        check_out_directory(args.out)
-        refuse_finished(args.out, finished_file, overwrite=args.overwrite)
+        claim(args.out, kind=kind, overwrite=args.overwrite)
         yield args.out
         return
     with removed_if_unused(new_directory(default_parent)) as out:
@@ -148,10 +148,11 @@ def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file
 @contextmanager
 def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[Path]:
     """``privsilo run``'s output directory, locked for the run (:mod:`simulator.run_lock`): ``--out``, refused
-    if it holds a finished run (without ``--overwrite``) or an interrupted one (without ``--overwrite``; resume
-    it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if the run fails before writing."""
+    where privsilo may not write a run (:func:`simulator.output_dirs.claim`) or it holds an interrupted one
+    (without ``--overwrite``; resume it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if
+    the run fails before writing."""
     from simulator.checkpoint import checkpoint_path, has_checkpoint
-    from simulator.run_directory import FINISHED_FILE, settle
+    from simulator.run_directory import settle
     from simulator.run_lock import locked
 
     if args.out is None:
@@ -161,7 +162,7 @@ def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[
         return
     with locked(args.out):
         settle(args.out)
-        refuse_finished(args.out, FINISHED_FILE, overwrite=args.overwrite)
+        claim(args.out, kind="run", overwrite=args.overwrite)
         if not args.overwrite and has_checkpoint(args.out):
             raise ScenarioError("--out", str(args.out), f"holds an interrupted run ({checkpoint_path(args.out).name}); continue it with "
                                 f"{_resume_command(args.out)} or pass --overwrite to start again")
@@ -199,7 +200,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    check_out_directory(args.directory, field="resume")
+    check_out_directory(args.directory, field="resume", names="the output directory of an interrupted run")
     return _resume(args, directory=args.directory, scenario_file=None)
 
 
@@ -253,7 +254,7 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     from simulator.attacks.runner import attack
 
     address = _ray_address(args, configured=scenario.ray.address)
-    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", finished_file="attack.json") as out:
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", kind="attack") as out:
         report = attack(scenario, out_dir=out, address=address, progress=not args.no_progress)
     print(report.headline())
     print(f"results written to {out}")
@@ -268,7 +269,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from simulator.invocation import invocation
 
     address = _ray_address(args, configured=scenario.ray.address)
-    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", finished_file="audit.json") as out:
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", kind="audit") as out:
         report = audit(scenario, out_dir=out, address=address, progress=not args.no_progress,
                        invocation=invocation(args.argv, args.overrides))
     print(report.headline())
@@ -282,8 +283,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     check_trackers(args.log)
     if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
-        check_out_directory(args.out)
-        refuse_finished(args.out, "runs.csv", overwrite=args.overwrite)
+        claim(args.out, kind="sweep", overwrite=args.overwrite)
     seeds = _seed_option(args.seeds)
     configured = (load_grid(args.grid, overrides=args.overrides).base.get("ray") or {}).get("address")  # bad input fails here
     result = sweep(args.grid, out_dir=args.out, seeds=seeds, overrides=args.overrides, only=args.only,
@@ -307,7 +307,7 @@ def _seed_option(text: str | None) -> int | list[int] | None:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from simulator.experiments.merge import merge_sweeps
 
-    check_out_directory(args.out)
+    claim(args.out, kind="merge", overwrite=args.overwrite)
     _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)
     print(f"merged {len(runs)} runs of {len(args.sweeps)} sweeps ({len(table)} combinations)")
     print((args.out / "table.md").read_text(), end="")

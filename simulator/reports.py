@@ -37,19 +37,26 @@ METRICS_COLUMNS = (
 
 
 @contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a staging directory that replaces ``target`` only if the block finishes without error.
+def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
+    """Yield a staging directory that replaces ``target`` with privsilo's ``kind`` of output (marked as such:
+    :func:`simulator.output_dirs.write_marker`) only if the block finishes without error, and only where
+    ``target`` holds nothing privsilo did not write (else ``ScenarioError``, before the block runs).
 
     An existing ``target`` is swapped with the staging directory in one ``renameat2(RENAME_EXCHANGE)`` where the
     system has it (else in two renames), so ``target`` never vanishes. Staging directories carry the writer's
     pid; those of writers no longer alive are removed when the next one starts beside them. The directory gets
     the umask's permissions, like any other output."""
+    from simulator.output_dirs import check_replaceable, write_marker
+
     target = target.expanduser().resolve()
+    check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(target)
     staging = _new_staging(target)
     try:
         yield staging
+        write_marker(staging, kind)
+        check_replaceable(target)  # again: files may have been put there meanwhile
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -106,6 +113,7 @@ def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any]
 
 def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
     """Write a run's files into ``directory``, ``summary.json`` last and whole (it says the rest is there)."""
+    from simulator.output_dirs import write_marker
     from simulator.run_directory import FINISHED_FILE, kill_point, write_atomically
 
     write_metrics_csv(result, directory / "metrics.csv")
@@ -120,6 +128,7 @@ def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[s
         from simulator.personalisation.outputs import write_personalisation
 
         write_personalisation(result, directory)
+    write_marker(directory, "run")  # lists every file above; summary.json is always privsilo's
     text = json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n"
     write_atomically(directory / FINISHED_FILE, text)
 
