@@ -52,7 +52,7 @@ def test_train_loss_is_in_the_legend_only_where_the_mechanism_reveals_it():
 
 def test_privacy_plot_only_for_runs_with_an_epsilon(tmp_path):
     write_run(_result(epsilons=[None, None], train_losses=[0.9, 0.7]), tmp_path / "none")
-    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["metrics.csv", "metrics.png", "model.pt", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == [".privsilo-output", "metrics.csv", "metrics.png", "model.pt", "summary.json"]
     privacy = {"guarantee": "record-level", "epsilon": 0.8, "delta": 1e-5}
     write_run(_result(epsilons=[0.5, 0.8], train_losses=[math.nan] * 2, privacy=privacy), tmp_path / "dp")
     assert (tmp_path / "dp" / "privacy.png").stat().st_size > 0
