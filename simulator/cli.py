@@ -470,14 +470,27 @@ def execute(argv: Sequence[str]) -> int:
 
 def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     args.argv = ["privsilo", *argv]
+    from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault
+
     try:
         return COMMANDS[args.command](args)
+    except OSError as exc:  # a write not named by its writer (file_faults.writing): one line all the same
+        if exc.errno not in FILE_SYSTEM_ERRNOS:
+            raise
+        return _error(args, FileSystemFault(exc.filename or "a file", exc))
     except PrivsiloError as exc:
-        print(f"privsilo: error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _error(args, exc)
     except KeyboardInterrupt:
         print(f"privsilo: interrupted; {_after_interrupt(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _error(args: argparse.Namespace, exc: PrivsiloError) -> int:
+    """Print ``exc`` on one line and return its exit status: 2 (bad input), or its own (a write the file
+    system refused: with what the run left and the command that resumes it)."""
+    code = getattr(exc, "exit_code", EXIT_USER_ERROR)
+    print(f"privsilo: error: {exc}" + ("" if code == EXIT_USER_ERROR else f"; {_after_interrupt(args)}"), file=sys.stderr)
+    return code
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:

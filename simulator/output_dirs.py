@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from simulator.checkpoint import CHECKPOINT_FILE, MAGIC
 from simulator.errors import ScenarioError
+from simulator.file_faults import writing
 from simulator.invocation import privsilo_version
 from simulator.run_lock import LOCK_FILE
 
@@ -99,9 +100,11 @@ def write_marker(directory: Path, kind: str) -> None:
     """Write (or rewrite) the marker of ``directory``: privsilo's ``kind`` of output, listing every entry now in it."""
     listed = [name for name in entries(directory) if name != MARKER_FILE and not PARTIAL.fullmatch(name)]
     marker = {"written_by": "privsilo", "kind": kind, "version": privsilo_version(), "files": listed}
-    partial = Path(directory) / f".{MARKER_FILE}.partial-{os.getpid()}"
-    partial.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(partial, Path(directory) / MARKER_FILE)
+    final = Path(directory) / MARKER_FILE
+    partial = final.with_name(f".{MARKER_FILE}.partial-{os.getpid()}")
+    with writing(final, partial=partial):
+        partial.write_text(json.dumps(marker, indent=1) + "\n")
+        os.replace(partial, final)
 
 
 def kind_of(directory: Path) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import ctypes
+import io
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mechanisms.registry import mechanism_class  # noqa: E402
+from simulator.file_faults import FileSystemFault, writing  # noqa: E402
 from simulator.processes import process_alive  # noqa: E402
 
 if TYPE_CHECKING:
@@ -50,25 +52,34 @@ def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
 
     target = target.expanduser().resolve()
     check_replaceable(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target)
-    staging = _new_staging(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target)
+        staging = _new_staging(target)
+    except OSError as error:
+        raise FileSystemFault(target, error) from None
     try:
         yield staging
         write_marker(staging, kind)
         check_replaceable(target)  # again: files may have been put there meanwhile
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise FileSystemFault(target, error) from None
         raise
-    if not target.exists():
-        staging.rename(target)
-    elif _exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the old target
-    else:
-        previous = target.parent / f".{target.name}.previous-{os.getpid()}"
-        target.rename(previous)
-        staging.rename(target)
-        shutil.rmtree(previous, ignore_errors=True)
+    try:
+        if not target.exists():
+            staging.rename(target)
+        elif _exchange(staging, target):
+            shutil.rmtree(staging, ignore_errors=True)  # now holds the old target
+        else:
+            previous = target.parent / f".{target.name}.previous-{os.getpid()}"
+            target.rename(previous)
+            staging.rename(target)
+            shutil.rmtree(previous, ignore_errors=True)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise FileSystemFault(target, error) from None
 
 
 def _new_staging(target: Path) -> Path:
@@ -116,18 +127,26 @@ def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[s
     from simulator.output_dirs import write_marker
     from simulator.run_directory import FINISHED_FILE, kill_point, write_atomically
 
-    write_metrics_csv(result, directory / "metrics.csv")
+    with writing(directory / "metrics.csv"):
+        write_metrics_csv(result, directory / "metrics.csv")
     kill_point("finish:metrics")
-    plot_metrics(result, directory / "metrics.png")
+    with writing(directory / "metrics.png"):
+        plot_metrics(result, directory / "metrics.png")
     if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
-        plot_privacy(result, directory / "privacy.png")
+        with writing(directory / "privacy.png"):
+            plot_privacy(result, directory / "privacy.png")
     scenario = result.scenario
-    mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
-    torch.save(dict(result.model_state), directory / "model.pt")
+    with writing(directory):  # the mechanism's own plots, named by it
+        mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
+    model = io.BytesIO()  # serialised first: a failed write is then an OSError, not torch's RuntimeError
+    torch.save(dict(result.model_state), model)
+    with writing(directory / "model.pt"):
+        (directory / "model.pt").write_bytes(model.getvalue())
     if result.personalisation is not None:
         from simulator.personalisation.outputs import write_personalisation
 
-        write_personalisation(result, directory)
+        with writing(directory):
+            write_personalisation(result, directory)
     write_marker(directory, "run")  # lists every file above; summary.json is always privsilo's
     text = json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n"
     write_atomically(directory / FINISHED_FILE, text)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from simulator.checkpoint import CHECKPOINT_FILE, checkpoint_path, remove_stale_partials
+from simulator.file_faults import writing
 from simulator.output_dirs import MARKER_FILE, check_replaceable, kind_of, write_marker
 from simulator.run_lock import LOCK_FILE
 
@@ -90,14 +91,15 @@ def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary name beside it, flushed to disk with every other file of
     the directory, then renamed over ``path`` and the directory flushed: ``path`` appears whole and last."""
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with partial.open("w") as handle:
-        handle.write(text)
-    for entry in path.parent.rglob("*"):
-        if entry.is_file() and not entry.is_symlink() and entry.name != LOCK_FILE:
-            _fsync(entry)
-    kill_point("finish:summary-partial")
-    os.replace(partial, path)
-    _fsync(path.parent)
+    with writing(path, partial=partial):
+        with partial.open("w") as handle:
+            handle.write(text)
+        for entry in path.parent.rglob("*"):
+            if entry.is_file() and not entry.is_symlink() and entry.name != LOCK_FILE:
+                _fsync(entry)
+        kill_point("finish:summary-partial")
+        os.replace(partial, path)
+        _fsync(path.parent)
 
 
 def _remove_checkpoint(directory: Path) -> None:
