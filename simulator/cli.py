@@ -74,7 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("scenario", type=Path)
     _add_overrides(validate, help=None)
 
-    commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
+    listing = commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols; or, given a "
+                                  "KEY-PREFIX, the scenario keys under it")
+    listing.add_argument("prefix", nargs="?", metavar="KEY-PREFIX", help="a block (federation, data.users), a key, or "
+                         "mechanism.NAME: print its keys with their types, defaults and descriptions")
 
     pool = commands.add_parser("pool", help="start a local warm pool of actors, or show or stop a pool (runs lease from it)")
     pool_commands = pool.add_subparsers(dest="pool_command", required=True)
@@ -341,7 +344,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_list(_: argparse.Namespace) -> int:
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.prefix is not None:
+        from simulator.scenario_reference import keys_text
+
+        print(keys_text(args.prefix))
+        return 0
     from mechanisms.registry import MECHANISM_NAMES
     from mechanisms.server_optimizers import SERVER_OPTIMIZERS
     from simulator.data import DATASETS

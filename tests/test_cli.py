@@ -59,6 +59,7 @@ IMPORT_PROBE = (
     ("args", "also_absent"),
     [
         (["list"], ("sklearn",)),
+        (["list", "mechanism.rpdp"], ("sklearn",)),
         (["validate", str(QUICKSTART)], ()),
         (["validate", str(HEART_DPSGD), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
@@ -66,7 +67,7 @@ IMPORT_PROBE = (
         (["validate", str(QUICKSTART), "--set", "mechanism={name: pldp, ranges: tau1, coordinates: 10}"], ()),
         (["validate", str(REPO / "scenarios" / "attacks" / "lfw_dlg.yaml")], ("skimage",)),
     ],
-    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp", "validate-attack"],
+    ids=["list", "list-keys", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp", "validate-attack"],
 )
 def test_list_and_validate_load_neither_torch_nor_ray_nor_matplotlib(args, also_absent, request):
     if any("heart_disease" in arg for arg in args):
