@@ -48,8 +48,9 @@ def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
     system has it (else in two renames), so ``target`` never vanishes. Staging directories carry the writer's
     pid; those of writers no longer alive are removed when the next one starts beside them. The directory gets
     the umask's permissions, like any other output."""
-    from simulator.output_dirs import check_replaceable, write_marker
+    from simulator.output_dirs import check_out_directory, check_replaceable, write_marker
 
+    check_out_directory(target.expanduser())
     target = target.expanduser().resolve()
     check_replaceable(target)
     try:
