@@ -485,7 +485,7 @@ def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     except OSError as exc:  # a write not named by its writer (file_faults.writing): one line all the same
         if exc.errno not in FILE_SYSTEM_ERRNOS:
             raise
-        return _error(args, FileSystemFault(exc.filename or "a file", exc))
+        return _error(args, FileSystemFault(exc.filename or "a file", exc, action="write or read"))
     except PrivsiloError as exc:
         return _error(args, exc)
     except KeyboardInterrupt:

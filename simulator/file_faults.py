@@ -25,23 +25,26 @@ class FileSystemFault(PrivsiloError):
 
     exit_code = EXIT_FILE_SYSTEM_FAULT
 
-    def __init__(self, path: Path | str, error: OSError) -> None:
+    def __init__(self, path: Path | str, error: OSError, *, action: str = "write") -> None:
         self.path, self.error = Path(path), error
         name = errno.errorcode.get(error.errno or 0, "")
         reason = f"{error.strerror or error}" + (f" ({name})" if name else "")
-        super().__init__(f"could not write {path}: {reason}")
+        super().__init__(f"could not {action} {path}: {reason}")
 
 
 @contextmanager
-def writing(path: Path, *, partial: Path | None = None) -> Iterator[None]:
+def writing(path: Path, *, partial: Path | None = None, remove: bool = True) -> Iterator[None]:
     """Write ``path`` (through ``partial``, where the write goes to a temporary name first) in the block; an
-    ``OSError`` removes the file being written (``partial``, else ``path``) and is raised as :class:`FileSystemFault`."""
+    ``OSError`` of the file system (:data:`FILE_SYSTEM_ERRNOS`; others pass unchanged) removes the file being
+    written (``partial``, else ``path``, unless ``remove`` is False) and is raised as :class:`FileSystemFault`."""
     try:
         yield
     except OSError as error:
+        if error.errno not in FILE_SYSTEM_ERRNOS:
+            raise
         written = Path(partial or path)
         with suppress(OSError):
-            if not written.is_dir():  # a directory is named, not removed: its writer cleans up
+            if remove and not written.is_dir():  # a directory is named, not removed: its writer cleans up
                 written.unlink(missing_ok=True)
         raise FileSystemFault(path, error) from None
 

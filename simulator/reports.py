@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mechanisms.registry import mechanism_class  # noqa: E402
-from simulator.file_faults import FileSystemFault, writing  # noqa: E402
+from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault, writing  # noqa: E402
 from simulator.processes import process_alive  # noqa: E402
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
         remove_stale_staging(target)
         staging = _new_staging(target)
     except OSError as error:
+        if error.errno not in FILE_SYSTEM_ERRNOS:
+            raise
         raise FileSystemFault(target, error) from None
     try:
         yield staging
@@ -65,7 +67,7 @@ def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
         check_replaceable(target)  # again: files may have been put there meanwhile
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, OSError):
+        if isinstance(error, OSError) and error.errno in FILE_SYSTEM_ERRNOS:
             raise FileSystemFault(target, error) from None
         raise
     try:
@@ -80,6 +82,8 @@ def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
             shutil.rmtree(previous, ignore_errors=True)
     except OSError as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if error.errno not in FILE_SYSTEM_ERRNOS:
+            raise
         raise FileSystemFault(target, error) from None
 
 
