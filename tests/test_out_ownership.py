@@ -143,3 +143,13 @@ def test_the_marker_lists_what_privsilo_wrote(tmp_path):
     write_marker(directory, "run")
     marker = json.loads((directory / MARKER_FILE).read_text())
     assert marker["written_by"] == "privsilo" and marker["kind"] == "run" and marker["files"] == ["metrics.csv"]
+
+
+def test_data_fetch_into_a_folder_of_user_files_adds_only_its_own(heart_disease_dir, tmp_path, monkeypatch, capsys):
+    folder = _user_folder(tmp_path / "project")
+    before = _contents(folder)
+    monkeypatch.chdir(folder)
+    assert main(["data", "fetch", "heart_disease", "--dir", ".", "--from", str(heart_disease_dir)]) == 0
+    after = _contents(folder)
+    assert {name: after[name] for name in before} == before
+    assert sorted(set(after) - set(before)) == sorted(p.name for p in heart_disease_dir.glob("processed.*.data"))
