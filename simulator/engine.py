@@ -34,8 +34,8 @@ from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
-from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.output_dirs import check_replaceable
+from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.run_directory import clear, settle
 from simulator.run_lock import locked
 from simulator.results import RoundRecord, RunResult
