@@ -148,6 +148,8 @@ def keys_text(prefix: str) -> str:
         rows = [(key, field) for key, field in _rows(mechanism_class(parts[1]).Params, "mechanism.")]
         rows = [(key, field) for key, field in rows if shown == "mechanism" or key == shown or key.startswith(shown + ".")]
         title = f"mechanism.name: {parts[1]}" + (f", {shown}" if shown != "mechanism" else "")
+        if not mechanism_class(parts[1]).Params.model_fields:
+            return f"mechanism.name: {parts[1]} takes no further keys"
     else:
         rows = [(key, field) for key, field in _rows(Scenario, "") if key == prefix or key.startswith(prefix + ".")]
         title = prefix
@@ -159,6 +161,8 @@ def keys_text(prefix: str) -> str:
     for key, field in rows:
         lines.append(f"  {key}: {_plain(constraint_text(field))}; default {_plain(default_text(field))}")
         lines.append(f"      {_plain(_first_sentence(field.description or ''))}")
+    if prefix == "mechanism":
+        lines.append(f"  each mechanism's keys: privsilo list mechanism.NAME (NAME: {', '.join(MECHANISM_NAMES)})")
     return "\n".join(lines)
 
 
