@@ -83,6 +83,11 @@ def test_finished_out_is_refused_without_overwrite_and_tensorboard_matches_metri
     assert not (out / "tensorboard").exists()  # replaced as a whole, not merged
     marked = json.loads((out / ".privsilo-output").read_text())  # what privsilo wrote, summary.json aside
     assert marked["kind"] == "run" and {"metrics.csv", "metrics.png", "model.pt"} <= set(marked["files"])
+    (out / "notes.md").write_text("mine\n")  # a file of the user's in privsilo's directory: never deleted
+    capsys.readouterr()
+    assert main([*args, "--overwrite"]) == EXIT_USER_ERROR
+    assert "privsilo's output directory also holds files privsilo did not write (notes.md)" in _error_line(capsys)
+    assert (out / "notes.md").read_text() == "mine\n" and (out / "summary.json").is_file()
 
 
 def _assert_tensorboard_equals_metrics(out: Path, *, event_files: int = 1, tensorboard: Path | None = None) -> None:
