@@ -18,7 +18,7 @@ from simulator.reports import atomic_directory, write_run_files  # noqa: E402
 
 def write_audit(report: AuditReport, out_dir: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
     """Write the run's files, ``audit.json`` and ``audit.png`` into ``out_dir`` (atomically)."""
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, kind="audit") as staging:
         write_run_files(report.result, staging, invocation=invocation)
         (staging / "audit.json").write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
         plot_audit(report, staging / "audit.png")
