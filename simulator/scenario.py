@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 class _Block(BaseModel):
     """A block of the scenario; the docstring under each field is its description in the scenario reference."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True,
+                              allow_inf_nan=False)  # inf and nan are never a setting
 
 
 def _name_alone(data: Any) -> Any:

@@ -182,3 +182,12 @@ def test_registry_names_match_the_mechanism_classes():
         assert mechanism_class(name).name == name
     with pytest.raises(KeyError):
         mechanism_class("magic")
+
+
+@pytest.mark.parametrize("setting", ["federation.lr=.inf", "federation.lr=.nan", "mechanism.noise_multiplier=.inf"])
+def test_infinite_or_nan_settings_are_refused_naming_the_field(setting):
+    scenario = small_scenario(mechanism={"name": "dp_sgd", "noise_multiplier": 1.0, "clip_norm": 1.0})
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(apply_overrides(scenario, [setting]))
+    message = str(info.value)
+    assert setting.partition("=")[0] in message and "finite" in message, message
