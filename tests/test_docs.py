@@ -53,7 +53,7 @@ def test_list_prints_the_keys_under_a_prefix(capsys) -> None:
     assert main(["list", "mechanism.none"]) == 0
     assert capsys.readouterr().out == "mechanism.name: none takes no further keys\n"
     assert main(["list", "mechanism"]) == 0
-    assert "privsilo list mechanism.NAME (NAME: dp_sgd, dprivacy, none, pldp, rpdp, uldp)" in capsys.readouterr().out
+    assert "privsilo list mechanism.NAME (NAME: dp_fedavg, dp_sgd, dprivacy, none, pldp, rpdp, uldp)" in capsys.readouterr().out
     assert main(["list", "federation.nope"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "list: got 'federation.nope'; no scenario key lies under it; blocks: attack, audit" in line and "rpdp" in line
