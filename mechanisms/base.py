@@ -41,10 +41,14 @@ GlobalState = tuple[np.ndarray, ...]
 @dataclass(frozen=True)
 class FederationShape:
     """The public sizes a mechanism's parameters are checked against before a run: the number of silos
-    (``data.silos``) and of model parameters d (the length of an upload)."""
+    (``data.silos``) and of model parameters d (the length of an upload), the client rate
+    (``federation.client_rate``), and the largest |value| one upload may carry through secure aggregation's
+    fixed-point codec (None without secure aggregation)."""
 
     num_silos: int
     num_parameters: int
+    client_rate: float = 1.0
+    upload_limit: float | None = None
 
 
 class MechanismParams(BaseModel):
@@ -82,7 +86,8 @@ class MechanismParams(BaseModel):
 
     def check_federation(self, federation: FederationShape) -> None:
         """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list
-        with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``."""
+        with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``, or, for a
+        dotted key (``federation.client_rate``), as that key of the scenario."""
 
     def server_optimizer_refusal(self) -> str | None:
         """Why a server optimiser (``federation.server_optimizer``) is not meaningful with these parameters, or

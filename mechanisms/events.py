@@ -148,6 +148,21 @@ class ClientLevelGaussianEvent:
     noise_multiplier: float
 
 
+@dataclass(frozen=True)
+class DistributedDiscreteGaussianEvent:
+    """One round of DP-FedAvg with the distributed discrete Gaussian (Kairouz, Liu, Steinke, ICML 2021) as one
+    uploading silo saw it: it added ``N_Z(0, sigma^2)`` to each of ``dimension`` coordinates of its rounded update,
+    whose norms are at most ``l2_bound`` and ``l1_bound`` (all in units of the granularity gamma). The round's noise
+    is that of the silos that uploaded: a client-level accountant counts them per ``round_index``.
+    """
+
+    round_index: int
+    sigma: float
+    l2_bound: float
+    l1_bound: float
+    dimension: int
+
+
 PrivacyEvent = (
     PoissonGaussianEvent
     | PersonalizedTrainingPlan
@@ -158,4 +173,5 @@ PrivacyEvent = (
     | LocalDpUpload
     | EuclideanLaplaceEvent
     | ClientLevelGaussianEvent
+    | DistributedDiscreteGaussianEvent
 )

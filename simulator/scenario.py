@@ -747,12 +747,20 @@ def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
 
 def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
     """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
-    params = scenario.mechanism.params
-    shape = FederationShape(num_silos=scenario.data.silos, num_parameters=num_parameters)
+    from protocols.fixed_point import FixedPointCodec
+
+    params, protocol = scenario.mechanism.params, scenario.protocol
+    limit = (FixedPointCodec(fractional_bits=protocol.fractional_bits, max_summands=scenario.data.silos).max_abs_value
+             if protocol.secure_aggregation else None)
+    shape = FederationShape(num_silos=scenario.data.silos, num_parameters=num_parameters,
+                            client_rate=scenario.federation.client_rate, upload_limit=limit)
     try:
         params.check_federation(shape)
     except ValueError as exc:
         key, _, problem = str(exc).partition(": ")
+        if "." in key:  # another block's key that the mechanism's parameters do not fit
+            block, _, field = key.partition(".")
+            raise ScenarioError(key, getattr(getattr(scenario, block), field), problem) from None
         raise ScenarioError(f"mechanism.{key}", getattr(params, key, None), problem) from None
 
 

@@ -13,6 +13,10 @@ count entering the model. The noise is
 drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
 Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
 
+``noise: distributed`` (Kairouz, Liu, Steinke, ICML 2021): each silo adds its share of exact discrete Gaussian
+noise to its rotated, rounded update and secure aggregation sums them (:mod:`mechanisms.dp_fedavg.distributed`;
+accounting :mod:`mechanisms.dp_fedavg.distributed_accountant`); the server post-processes the sum.
+
 Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive Clipping",
 NeurIPS 2021, Algorithm 1): the server sends the round's clip norm C_t as the round plan; each silo also uploads
 ``b_i - 1/2``, with ``b_i = 1`` where its update's norm is at most C_t (centred, so one silo moves the sum by 1/2);
@@ -35,12 +39,15 @@ from mechanisms.base import (
     SiloContext,
     SiloContribution,
     SiloMechanism,
+    numpy_generator,
 )
+from mechanisms.dp_fedavg.distributed import conditional_round, reduce_signed, rotate, unrotate
 from mechanisms.dp_fedavg.params import DpFedAvgParams
-from mechanisms.events import ClientLevelGaussianEvent
+from mechanisms.events import ClientLevelGaussianEvent, DistributedDiscreteGaussianEvent
 from mechanisms.fedavg import local_sgd
 
 SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
+NOISE_SEED_WORDS = 4  # a silo's rounding and discrete noise come from a numpy generator keyed by 4 x 62 bits of its own
 RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
 
 
@@ -116,6 +123,59 @@ class DpFedAvgServer(ServerMechanism):
         return (params + noisy / expected,)
 
 
+@dataclass(frozen=True)
+class DistributedPlan:
+    """Distributed noise's round plan (public): the rotation's seed, shared by every silo, and the number of silos
+    N (``data.silos``), from which each silo derives the setting for its model's size as the server does."""
+
+    rotation_seed: int
+    num_silos: int
+
+
+class DistributedDpFedAvgSilo(SiloMechanism):
+    """Kairouz et al.'s Algorithm 1: clip to C, scale by 1/gamma, rotate, round conditionally, add N_Z(0, sigma^2);
+    uploads the integers (as float64, which secure aggregation's codec carries exactly), never reduced mod m."""
+
+    def __init__(self, context: SiloContext, params: DpFedAvgParams) -> None:
+        self.context, self.params = context, params
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        raise TypeError("distributed dp_fedavg needs the server's round plan (the rotation seed)")
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: DistributedPlan) -> SiloContribution:
+        from mechanisms.discrete_noise import discrete_gaussian
+
+        (start,) = state
+        setting = self.params.distributed_setting(plan.num_silos, start.size)
+        delta, mean_loss = local_sgd(self.context, start)
+        rng = numpy_generator(self.context.generator, words=NOISE_SEED_WORDS)
+        rotated = rotate(clip_to_norm(delta, self.params.clip_norm) / setting.gamma, plan.rotation_seed)
+        noisy = conditional_round(rotated, setting.l2_bound, rng) + discrete_gaussian(setting.sigma, setting.dimension, rng)
+        event = DistributedDiscreteGaussianEvent(round_index=round_index, sigma=setting.sigma, l2_bound=setting.l2_bound,
+                                                 l1_bound=setting.l1_bound, dimension=setting.dimension)
+        return SiloContribution(vector=noisy, events=(event,), metrics={"train_loss": mean_loss})
+
+
+class DistributedDpFedAvgServer(ServerMechanism):
+    """Draws the round's rotation seed; reduces the exact integer sum mod m into the signed range, un-rotates it,
+    multiplies by gamma and applies it divided by N (post-processing of the sum)."""
+
+    def __init__(self, params: DpFedAvgParams, *, num_silos: int) -> None:
+        self.params, self.num_silos = params, num_silos
+        self.rotation_seed: int | None = None
+
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> DistributedPlan:
+        self.rotation_seed = int(rng.integers(2**63))
+        return DistributedPlan(rotation_seed=self.rotation_seed, num_silos=self.num_silos)
+
+    def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
+        (params,) = state
+        setting = self.params.distributed_setting(self.num_silos, params.size)
+        total = reduce_signed(contribution_sum, setting.modulus)
+        update = unrotate(total, self.rotation_seed, params.size) * setting.gamma
+        return (params + update / self.num_silos,)
+
+
 class DpFedAvg(Mechanism):
     """DP-FedAvg (see the module docstring)."""
 
@@ -124,17 +184,24 @@ class DpFedAvg(Mechanism):
     Params = DpFedAvgParams
 
     def silo(self, context: SiloContext) -> SiloMechanism:
+        if self.params.noise == "distributed":
+            return DistributedDpFedAvgSilo(context, self.params)
         return DpFedAvgSilo(context, self.params)
 
     def server(self) -> ServerMechanism:
         raise TypeError("dp_fedavg's server divides by q N; use server_for(num_silos=..., num_users=...)")
 
     def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        if self.params.noise == "distributed":
+            return DistributedDpFedAvgServer(self.params, num_silos=num_silos)
         return DpFedAvgServer(self.params, num_silos=num_silos)
 
     def accountant(self) -> PrivacyAccountant:
         from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+        from mechanisms.dp_fedavg.distributed_accountant import DistributedAccountant
 
+        if self.params.noise == "distributed":
+            return DistributedAccountant(delta=self.params.delta)
         return ClientLevelAccountant(delta=self.params.delta, accountant=self.params.accountant)
 
     def assumed_public(self) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from mechanisms.base import MechanismParams
+from mechanisms.base import FederationShape, MechanismParams
+from mechanisms.dp_fedavg.distributed import MIN_SIGMA, DistributedSetting
 
 
 class DpFedAvgParams(MechanismParams):
@@ -18,8 +19,10 @@ class DpFedAvgParams(MechanismParams):
     """C, the L2 bound of a silo's model update (the sensitivity of the sum to one silo)."""
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
     """Delta of the reported client-level (epsilon, delta)."""
-    noise: Literal["central"] = "central"
-    """`central`: the server adds the noise to the sum of the clipped updates (a trusted server)."""
+    noise: Literal["central", "distributed"] = "central"
+    """`central`: the server adds the noise to the sum of the clipped updates (a trusted server); `distributed`: each silo rounds its rotated update to integers and adds its share of discrete Gaussian noise, and secure aggregation sums them (Kairouz, Liu, Steinke 2021: needs protocol.secure_aggregation and client_rate 1)."""
+    rounding_beta: float = Field(default=math.exp(-0.5), ge=0.0, lt=1.0)
+    """`distributed`: beta of conditional randomized rounding (Kairouz et al.'s Theorem 1): a rounded update is redrawn until its norm is within the bound that holds with probability 1 - beta (0: the bound C/gamma + sqrt(d) that always holds)."""
     clipping: Literal["fixed", "adaptive"] = "fixed"
     """`fixed`: every round clips to `clip_norm`; `adaptive`: the clip norm starts at `clip_norm` and follows a privately estimated quantile of the update norms (Andrew et al., NeurIPS 2021)."""
     target_quantile: float = Field(default=0.5, gt=0.0, lt=1.0)
@@ -33,6 +36,10 @@ class DpFedAvgParams(MechanismParams):
 
     @model_validator(mode="after")
     def _count_noise_fits(self) -> "DpFedAvgParams":
+        if self.noise == "distributed" and self.clipping == "adaptive":
+            raise ValueError("clipping: adaptive clipping is implemented for noise 'central' only; use 'fixed' with distributed noise")
+        if self.noise == "distributed" and self.accountant == "pld":
+            raise ValueError("accountant: distributed noise is accounted by RDP (Kairouz et al., Proposition 14); use 'rdp'")
         if self.clipping == "adaptive":
             if self.clipped_count_stddev is None:
                 raise ValueError("clipped_count_stddev: clipping 'adaptive' needs the noise sigma_b of the clipped count "
@@ -44,10 +51,36 @@ class DpFedAvgParams(MechanismParams):
         return self
 
     def inert_settings(self) -> dict[str, str]:
-        if self.clipping == "adaptive":
-            return {}
-        why = f"it sets adaptive clipping; clipping is '{self.clipping}'"
-        return {"target_quantile": why, "clip_learning_rate": why, "clipped_count_stddev": why}
+        inert = {} if self.noise == "distributed" else {"rounding_beta": "it sets distributed noise; noise is 'central'"}
+        if self.clipping != "adaptive":
+            why = f"it sets adaptive clipping; clipping is '{self.clipping}'"
+            inert.update(target_quantile=why, clip_learning_rate=why, clipped_count_stddev=why)
+        return inert
+
+    def needs_secure_aggregation(self) -> bool:
+        """Distributed noise: each silo adds a share, which protects only the sum of the uploads."""
+        return self.noise == "distributed"
+
+    def check_federation(self, federation: FederationShape) -> None:
+        """Distributed noise: no client sampling (no subsampled bound for the sum of discrete Gaussians is
+        implemented), Proposition 14's sigma >= 1/2, and uploads within secure aggregation's range."""
+        if self.noise != "distributed":
+            return
+        if federation.client_rate != 1.0:
+            raise ValueError("federation.client_rate: distributed noise has no client-sampling amplification "
+                             "implemented (set it to 1.0, or use noise: central)")
+        setting = self.distributed_setting(federation.num_silos, federation.num_parameters)
+        if setting.sigma < MIN_SIGMA:
+            raise ValueError(f"noise_multiplier: each silo's discrete noise would be {setting.sigma:.3g} < 1/2 (in units of "
+                             f"the granularity), below what Kairouz et al.'s Proposition 14 covers; raise it")
+        if federation.upload_limit is not None and setting.upload_bound > federation.upload_limit:
+            raise ValueError(f"protocol.fractional_bits: a silo's integers reach {setting.upload_bound:.4g}, beyond the "
+                             f"{federation.upload_limit:.4g} secure aggregation carries at this precision; lower it")
+
+    def distributed_setting(self, num_silos: int, num_parameters: int) -> DistributedSetting:
+        """Gamma, sigma, Delta_2 and the modulus bits of distributed noise for N silos and d parameters."""
+        return DistributedSetting.choose(clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
+                                         num_silos=num_silos, num_parameters=num_parameters, beta=self.rounding_beta)
 
     def update_noise_multiplier(self) -> float:
         """z_delta, the update's own noise multiplier: z itself with fixed clipping; with adaptive clipping

@@ -60,6 +60,9 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         _check_rpdp(scenario)
     if name == "uldp":
         _check_uldp(scenario)
+    if name == "dp_fedavg" and scenario.mechanism.params.noise == "distributed":
+        raise ScenarioError("mechanism.noise", "distributed", "client canaries are implemented for noise 'central' only; "
+                            "audit that (the claim of distributed noise is the same Gaussian's, for the sum)")
     if name == "dp_fedavg" and scenario.federation.client_rate < 1.0:
         raise ScenarioError("federation.client_rate", scenario.federation.client_rate, "a dp_fedavg audit's canary clients "
                             "ride with their host silo, not sampled on their own as the claim's amplification assumes: set it to 1.0")
