@@ -28,7 +28,8 @@ from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_scenario_model, evaluate_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
-from simulator.silo import Silo, SiloSpec, deterministic_kernels, secure_aggregation_codec
+from simulator.scenario import secure_aggregation_codec
+from simulator.silo import Silo, SiloSpec, deterministic_kernels
 from simulator.snapshots import dump_by_reference
 
 

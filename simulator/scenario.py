@@ -26,6 +26,7 @@ from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OP
 from simulator.errors import MISSING, ScenarioError, ScenarioFileError
 
 if TYPE_CHECKING:
+    from protocols.fixed_point import FixedPointCodec
     from simulator.data import DatasetInfo
 
 
@@ -745,13 +746,17 @@ def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
     return sum(p.numel() for p in built.parameters())
 
 
-def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
-    """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
+def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
+    """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
     from protocols.fixed_point import FixedPointCodec
 
+    return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
+
+
+def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
+    """The mechanism's parameters against the federation's public sizes (silos, model parameters)."""
     params, protocol = scenario.mechanism.params, scenario.protocol
-    limit = (FixedPointCodec(fractional_bits=protocol.fractional_bits, max_summands=scenario.data.silos).max_abs_value
-             if protocol.secure_aggregation else None)
+    limit = secure_aggregation_codec(protocol, num_silos=scenario.data.silos).max_abs_value if protocol.secure_aggregation else None
     shape = FederationShape(num_silos=scenario.data.silos, num_parameters=num_parameters,
                             client_rate=scenario.federation.client_rate, upload_limit=limit)
     try:

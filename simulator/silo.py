@@ -19,12 +19,11 @@ from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
 from mechanisms.registry import mechanism_class
 from protocols.base import SiloProtocol
-from protocols.fixed_point import FixedPointCodec
 from protocols.plain import PlainSumSilo
 from protocols.secure_aggregation import GraphSettings, SecAggSilo
 from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
-from simulator.scenario import ProtocolConfig, Scenario
+from simulator.scenario import ProtocolConfig, Scenario, secure_aggregation_codec
 from simulator.secure_rng import reseed_from_os_entropy
 from simulator.snapshots import dump_by_reference, load_by_reference
 
@@ -39,11 +38,6 @@ class SiloSpec:
     seed: int
     user_ids: np.ndarray | None = None
     canaries: SiloCanaries | None = None
-
-
-def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
-    """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
-    return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
 
 
 def secure_aggregation_settings(config: ProtocolConfig, *, num_silos: int) -> GraphSettings:

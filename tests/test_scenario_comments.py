@@ -116,6 +116,32 @@ def test_dp_fedavg_epsilons(name: str) -> None:
         _stated(name, schedule_epsilon((entry,), mechanism["delta"], accountant))
 
 
+def test_dp_fedavg_distributed_epsilon() -> None:
+    """Kairouz et al.'s Proposition 14 over the shipped rounds, every silo uploading; and the central noise
+    multiplier the comment compares with gives the same epsilon (two decimals)."""
+    from mechanisms.accounting import schedule_epsilon
+    from mechanisms.events import DistributedDiscreteGaussianEvent
+
+    name = "dp_fedavg/distributed.yaml"
+    raw = load_scenario_file(SCENARIOS / name)
+    mechanism, fed, silos = raw["mechanism"], raw["federation"], raw["data"]["silos"]
+    params = mechanism_class("dp_fedavg").Params.model_validate({k: v for k, v in mechanism.items() if k != "name"})
+    setting = params.distributed_setting(silos, 64 * 128 + 128 + 128 * 10 + 10)  # mlp_128 on 8x8 digits
+    accountant = mechanism_class("dp_fedavg")(params).accountant()
+    for round_index in range(fed["rounds"]):
+        for silo in range(silos):
+            accountant.record(silo, DistributedDiscreteGaussianEvent(
+                round_index=round_index, sigma=setting.sigma, l2_bound=setting.l2_bound, l1_bound=setting.l1_bound,
+                dimension=setting.dimension))
+    epsilon = accountant.report()["epsilon"]
+    _stated(name, epsilon)
+    _stated(name, setting.gamma * 1e5, 1)  # "gamma = 7.8e-5"
+    assert f"Modulus 2^{setting.bits}" in _comments(SCENARIOS / name)
+    central = schedule_epsilon(((1.0, 1.948, fed["rounds"]),), mechanism["delta"], "rdp")
+    assert f"{central:.2f}" == f"{epsilon:.2f}"
+    _stated(name, 1.948, 3)
+
+
 def _uldp_stated_epsilon(name: str, user_rate: float, noise_multiplier: float | None = None) -> float:
     raw = load_scenario_file(SCENARIOS / name)
     if "base" in raw:  # a grid: the settings of its base scenario, a file beside it
