@@ -270,15 +270,18 @@ def test_scenario_refusals_name_the_field_value_and_what_is_allowed(changes, fie
 
 
 def test_run_through_ray_sums_under_secure_aggregation(ray_local, tmp_path) -> None:
-    """At z = 0.01 the model learns (the sum was reduced, un-rotated and rescaled right); the epsilon is the
-    accountant's for four uploads in each of two rounds."""
-    run(_scenario(), out_dir=tmp_path / "out")
+    """At z = 0.01 the model learns (the sum was reduced, un-rotated and rescaled right). Silo 3 crashes before
+    uploading in round 2: that round's sum has four silos' noise, and the epsilon is the accountant's for five
+    uploads, then four."""
+    scenario = _scenario(data__silos=5, resources__silos_per_actor=1)
+    scenario["faults"] = {"crashes": [{"silo": 3, "round": 2, "at": "before_upload"}]}
+    run(scenario, out_dir=tmp_path / "out")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     privacy = summary["privacy"]
-    setting = DpFedAvgParams(noise="distributed", noise_multiplier=0.01, delta=DELTA).distributed_setting(4, 650)
+    setting = DpFedAvgParams(noise="distributed", noise_multiplier=0.01, delta=DELTA).distributed_setting(5, 650)
     account = DistributedAccountant(delta=DELTA)
-    for round_index in range(privacy["rounds_accounted"]):
-        for silo in range(privacy["fewest_uploads"]):
+    for round_index, uploads in enumerate([5, 4]):
+        for silo in range(uploads):
             account.record(silo, _event(round_index, setting.sigma, setting.l2_bound, setting.l1_bound, setting.dimension))
     assert privacy["rounds_accounted"] == 2 and privacy["fewest_uploads"] == 4
     assert privacy["epsilon"] == pytest.approx(account.report()["epsilon"], rel=1e-12)
