@@ -14,6 +14,7 @@ import torch
 from scipy.linalg import hadamard as hadamard_matrix
 
 from mechanisms.dp_fedavg.distributed import (
+    BLOCK,
     DistributedSetting,
     conditional_round,
     hadamard,
@@ -37,7 +38,7 @@ from tests.test_secure_aggregation import federation, run_round
 DELTA = 1e-5
 
 
-@pytest.mark.parametrize("size", [1, 2, 5, 64, 1000, 2049])
+@pytest.mark.parametrize("size", [1, 2, 5, 64, 1000, 2049, 9738])
 def test_rotation_is_orthonormal_and_inverted_by_the_server(size) -> None:
     rng = np.random.default_rng(size)
     for seed in range(3):
@@ -47,8 +48,15 @@ def test_rotation_is_orthonormal_and_inverted_by_the_server(size) -> None:
         assert np.linalg.norm(rotated) == pytest.approx(np.linalg.norm(vector), rel=1e-12)
         assert np.allclose(unrotate(rotated, seed, size), vector, rtol=0, atol=1e-9 * np.abs(vector).max())
     width = padded_dimension(size)
-    rows = range(0, width, max(1, width // 16))
-    assert np.allclose([hadamard(np.eye(width)[row]) for row in rows], hadamard_matrix(width)[rows] / math.sqrt(width))
+    block = min(width, BLOCK)  # beyond BLOCK, one Hadamard matrix per block of BLOCK coordinates
+    assert width % block == 0 and width - size < block
+    for row in range(0, width, max(1, width // 16)):
+        expected = np.zeros(width)
+        start = row // block * block
+        expected[start:start + block] = hadamard_matrix(block)[row - start] / math.sqrt(block)
+        unit = np.zeros(width)
+        unit[row] = 1.0
+        assert np.allclose(hadamard(unit), expected)
 
 
 def test_rotation_flattens_a_spike_and_depends_on_the_seed() -> None:

@@ -147,13 +147,13 @@ class DistributedDpFedAvgSilo(SiloMechanism):
 
         (start,) = state
         setting = self.params.distributed_setting(plan.num_silos, start.size)
-        delta, mean_loss = local_sgd(self.context, start)
+        delta, _ = local_sgd(self.context, start)
         rng = numpy_generator(self.context.generator, words=NOISE_SEED_WORDS)
         rotated = rotate(clip_to_norm(delta, self.params.clip_norm) / setting.gamma, plan.rotation_seed)
         noisy = conditional_round(rotated, setting.l2_bound, rng) + discrete_gaussian(setting.sigma, setting.dimension, rng)
         event = DistributedDiscreteGaussianEvent(round_index=round_index, sigma=setting.sigma, l2_bound=setting.l2_bound,
                                                  l1_bound=setting.l1_bound, dimension=setting.dimension)
-        return SiloContribution(vector=noisy, events=(event,), metrics={"train_loss": mean_loss})
+        return SiloContribution(vector=noisy, events=(event,))  # no training loss: it is not privatised
 
 
 class DistributedDpFedAvgServer(ServerMechanism):
