@@ -1,7 +1,8 @@
 """The ``privsilo`` command line: run, resume, attack, audit, sweep, merge, validate, list, data fetch, pool start/status/stop.
 
-User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
-an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
+User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2, a run
+whose processes or nodes failed with 3, an interrupted one with 130 (the table: docs/failures.md, "Exit statuses";
+the codes: :mod:`simulator.errors`). None leaves a half-written output directory. Without ``--out`` every run
 gets a new directory, and a finished result in ``--out`` is replaced only with ``--overwrite``
 (:mod:`simulator.output_dirs`). Every command imports what
 it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplotlib.
@@ -15,17 +16,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from simulator.errors import PrivsiloError, ScenarioError
+from simulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, PrivsiloError, RuntimeFault, ScenarioError
 from simulator.invocation import privsilo_version
 from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
 from simulator.output_dirs import RUNS_ROOT, check_out_directory, new_directory, refuse_finished, removed_if_unused
 
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+EXIT_USER_ERROR = EXIT_BAD_INPUT
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.")
+    parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.",
+                                     epilog="exit statuses: 0 done, 2 bad input, 3 the run's processes or nodes failed, 4 a write "
+                                            "failed, 130 interrupted (docs/failures.md, Exit statuses)")
     parser.add_argument("--version", action="version", version=f"privsilo {privsilo_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -473,15 +475,16 @@ def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         return COMMANDS[args.command](args)
     except PrivsiloError as exc:
-        print(f"privsilo: error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        print(f"privsilo: error: {exc}{f'; {_after_interrupt(args)}' if isinstance(exc, RuntimeFault) else ''}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"privsilo: interrupted; {_after_interrupt(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:
-    """What an interrupted command left: for a run, the exact command that resumes it, if it can be resumed."""
+    """What an interrupted (or failed, :class:`RuntimeFault`) command left: for a run, the exact command that
+    resumes it, if it can be resumed."""
     if args.command == "sweep":
         return "no results were written; the same command resumes the sweep from its journal"
     directory = getattr(args, "run_dir", None)

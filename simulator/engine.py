@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import ray
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm.auto import tqdm
 
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
@@ -31,9 +32,10 @@ from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
 from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
-from simulator.errors import PrivsiloError, ScenarioError
+from simulator.errors import PrivsiloError, RuntimeFault, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
+from simulator.node_watch import Node, NodeWatch
 from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.run_directory import clear, settle
 from simulator.run_lock import locked
@@ -258,7 +260,9 @@ class Federation:
         seeds = run_seeds(scenario.seed, scenario.data.silos)
         self.vault = None
         if self.snapshots:
-            self.vault = ray.remote(SnapshotVault).options(num_cpus=0).remote()
+            # the silos' stable storage lives on the driver's node, so that losing another node never loses it
+            here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+            self.vault = ray.remote(SnapshotVault).options(num_cpus=0, scheduling_strategy=here).remote()
             self._stack.callback(ray.kill, self.vault)
         # The training set goes into the object store once; every worker reads its silos' records from there.
         histogram = None if self.users is None else self.users.histogram()
@@ -284,6 +288,8 @@ class Federation:
                 raise
             raise error from None
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
+        self._note_nodes(infos)
+        self.nodes = self._stack.enter_context(NodeWatch(self._node_died))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
         if self.resume_from is None:
@@ -321,17 +327,62 @@ class Federation:
         return self.workers[worker_index].host.remote(
             specs=tuple(self._specs[i] for i in hosted), crashes=self.crash_plan.restricted_to(hosted), **self._hosting)
 
-    def recover(self, crashed_workers: Sequence[int]) -> None:
+    def _note_nodes(self, infos: Sequence[SiloInfo]) -> None:
+        """Which node hosts each worker now (from its silos' infos)."""
+        host = {silo: worker for worker, hosted in enumerate(self.packing) for silo in hosted}
+        self._node_of_worker = getattr(self, "_node_of_worker", {}) | {host[info.silo_id]: info.node_id for info in infos}
+
+    def _node_died(self, node: Node) -> None:
+        """Say at once that a node died and what the run loses with it (the watch's thread calls this)."""
+        silos = [silo for worker, node_id in self._node_of_worker.items() if node_id == node.node_id for silo in self.packing[worker]]
+        hosted = (f"its silos {silos} drop out and rejoin once Ray restarts their workers on a node with room (the run "
+                  f"stops if that takes over federation.round_timeout = {self.scenario.federation.round_timeout:g} s)"
+                  if silos else "it hosted none of this run's silos")
+        warnings.warn(f"Ray node {node} died; {hosted}", RuntimeWarning, stacklevel=2)
+
+    def _lost_nodes(self) -> str:
+        """The nodes seen dead during the run, in words (empty if none)."""
+        dead = list(self.nodes.dead.values()) if hasattr(self, "nodes") else []
+        return f" (Ray node {', '.join(map(str, dead))} died)" if dead else ""
+
+    def fault(self, problem: str) -> RuntimeFault:
+        """The run cannot go on because its processes or nodes failed: ``problem``, and the nodes that died. The
+        federation then waits only briefly for its actors as it closes (some are gone)."""
+        self._ready = False
+        return RuntimeFault(f"{problem}{self._lost_nodes()}; the cluster lost the run's actors, not its input")
+
+    def recover(self, crashed_workers: Sequence[int], *, round_index: int) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
-        again and replaces each by its latest snapshot (see ``simulator.snapshots``)."""
+        again and replaces each by its latest snapshot (see ``simulator.snapshots``). A worker that was on a node
+        that died gets ``federation.round_timeout`` seconds to come back elsewhere, any other
+        ``ACTOR_START_TIMEOUT_S``; then the run stops (``RuntimeFault``)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
             raise PrivsiloError(
                 f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
                 "(they are kept with an output directory and checkpoint.every > 0, or with a faults block)")
+        started = time.monotonic()
         for index in crashed_workers:
-            _wait_until_alive(self.workers[index])
-        _wait_for_workers([self._host(index) for index in crashed_workers])
+            self._wait_until_alive(index, started=started, round_index=round_index)
+        infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers])
+        self._note_nodes(infos)
         ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+
+    def _wait_until_alive(self, index: int, *, started: float, round_index: int) -> None:
+        """Wait for Ray to restart worker ``index``, whose process died (calls to it fail while it restarts)."""
+        while True:
+            lost = self._node_of_worker.get(index) in self.nodes.dead
+            limit = self.scenario.federation.round_timeout if lost else ACTOR_START_TIMEOUT_S
+            what = f"silo worker {index} (silos {list(self.packing[index])}), which crashed in round {round_index + 1},"
+            try:
+                ray.get(self.workers[index].__ray_ready__.remote(), timeout=max(limit - (time.monotonic() - started), 0.05))
+                return
+            except ray.exceptions.ActorDiedError:
+                raise self.fault(f"{what} could not be restarted (Ray reports it dead)") from None
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() - started > limit:
+                    setting = "federation.round_timeout" if lost else "the restart limit"
+                    raise self.fault(f"{what} was not restarted within {setting} = {limit:g} s: no node with room for it") from None
+                time.sleep(0.05)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The server's snapshot and every silo's latest snapshot, for a checkpoint."""
@@ -360,6 +411,8 @@ class Federation:
         """
         try:
             return ray.get(self.server.run_round.remote(round_index))
+        except ray.exceptions.RayActorError:
+            raise self.fault(f"round {round_index + 1}: the server actor was lost") from None
         except ray.exceptions.RayTaskError as exc:
             cause = _root_cause(exc)
             if isinstance(cause, EncodingOverflowError):
@@ -439,7 +492,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             started = time.perf_counter()
             report = federation.run_round(round_index)
             if report.crashed_workers:
-                federation.recover(report.crashed_workers)
+                federation.recover(report.crashed_workers, round_index=round_index)
             if on_round is not None:
                 on_round(federation)
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
@@ -562,21 +615,6 @@ def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
             raise PrivsiloError(str(exc.cause)) from None
         raise
     return [info for infos, _ in replies for info in infos], max(seconds for _, seconds in replies)
-
-
-def _wait_until_alive(actor: Any) -> None:
-    """Wait for Ray to restart an actor whose process died (calls to it fail while it restarts)."""
-    deadline = time.monotonic() + ACTOR_START_TIMEOUT_S
-    while True:
-        try:
-            ray.get(actor.__ray_ready__.remote())
-            return
-        except ray.exceptions.ActorDiedError:
-            raise PrivsiloError("a silo worker that crashed could not be restarted (Ray reports it dead)") from None
-        except ray.exceptions.ActorUnavailableError:
-            if time.monotonic() > deadline:
-                raise PrivsiloError(f"a silo worker that crashed was not restarted within {ACTOR_START_TIMEOUT_S} s") from None
-            time.sleep(0.05)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -77,31 +77,43 @@ def _free_ports(count: int) -> list[int]:
 def head(tmp_path_factory):
     """``ray start --head --block`` run from a directory of its own, in a process group of its own; yields its
     address; stops the group (the head's processes and workers) at the end."""
-    where = tmp_path_factory.mktemp("head_dir")
+    started, address = start_node(tmp_path_factory.mktemp("head_dir"), num_cpus=4, num_gpus=1)
+    try:
+        yield address
+    finally:
+        _stop_group(started)
+
+
+def start_node(where: Path, *, num_cpus: int, num_gpus: int = 0, head: str | None = None,
+               joinable: bool = False) -> tuple[subprocess.Popen, str]:
+    """``ray start --block``: a head (``joinable``: one that other nodes may join), or with ``head`` a node joining
+    it (with a HOME of its own, as on another machine), run from ``where`` in a process group of its own, on free
+    ports; the ``ray start`` process and the head's address."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    if head is not None:
+        (where / "home").mkdir(exist_ok=True)
+        env["HOME"] = str(where / "home")
+    if head is not None or joinable:  # conftest's "0" keeps the GCS on 127.0.0.1, where Ray refuses joining nodes
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     for attempt in range(START_ATTEMPTS):  # a loaded machine can miss Ray's fixed 30 s for the raylet to register
         gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = _free_ports(8)
-        command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={gcs}",
-                   "--node-ip-address=127.0.0.1", "--num-cpus=4", "--num-gpus=1", "--include-dashboard=false",
-                   "--disable-usage-stats", f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-                   f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-                   f"--runtime-env-agent-port={runtime_env_agent}", f"--node-manager-port={node_manager}",
-                   f"--object-manager-port={object_manager}"]
-        log_path = where / f"head-{attempt}.log"
+        role = [f"--address={head}"] if head else ["--head", f"--port={gcs}", "--include-dashboard=false",
+                                                   f"--ray-client-server-port={client}"]
+        command = [str(Path(sys.executable).with_name("ray")), "start", *role, "--block", "--node-ip-address=127.0.0.1",
+                   f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats",
+                   f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+                   f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env_agent}",
+                   f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}"]
+        log_path = where / f"node-{attempt}.log"
         with log_path.open("w") as log:
             started = subprocess.Popen(command, cwd=where, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 300
         while started.poll() is None and "Ray runtime started" not in log_path.read_text() and time.monotonic() < deadline:
             time.sleep(1)
         if started.poll() is None and "Ray runtime started" in log_path.read_text():
-            break
+            return started, head or f"127.0.0.1:{gcs}"
         _stop_group(started)
-    else:
-        pytest.fail(f"ray start --head failed {START_ATTEMPTS} times: {log_path.read_text()[-3000:]}")
-    try:
-        yield f"127.0.0.1:{gcs}"
-    finally:
-        _stop_group(started)
+    pytest.fail(f"ray start failed {START_ATTEMPTS} times: {log_path.read_text()[-3000:]}")
 
 
 def _stop_group(started: subprocess.Popen) -> None:
@@ -216,3 +228,54 @@ def test_idle_actors_give_up_the_gpu_share_a_run_of_another_shape_needs(head, tm
     thirds = gpu_run("thirds", 0.3, 3)
     assert not set(halves) & set(thirds)
     assert gpu_run("thirds_again", 0.3, 3) == thirds
+
+
+def test_a_lost_node_is_named_at_once_and_the_run_stops_within_the_round_timeout_for_resume(tmp_path):
+    """Issue 39: a second node (``ray start --address``, a HOME of its own) hosts both silo workers, since the
+    head's one CPU holds only the server; its process group gets SIGKILL after the first checkpoint. The driver
+    names the node as soon as Ray marks it dead; with no node left with room, the silos cannot come back, and the
+    run stops ``federation.round_timeout`` later: exit 3 (not 2, the bad-input code), an error line naming the node
+    and the resume command. A new node joins, and ``privsilo resume`` finishes the run."""
+    from simulator.errors import EXIT_RUNTIME_FAULT
+
+    nodes = []
+    try:
+        head_node, address = start_node(_directory(tmp_path / "head"), num_cpus=1, joinable=True)
+        nodes.append(head_node)
+        second, _ = start_node(_directory(tmp_path / "second"), num_cpus=3, head=address)
+        nodes.append(second)
+        rounds, round_timeout = 150, 20
+        scenario = _scenario_file(tmp_path, "lost", data={"dataset": "digits", "partition": "iid", "silos": 2},
+                                  federation={**FAST, "rounds": rounds, "round_timeout": round_timeout},
+                                  resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1.5, "num_gpus": 0}, "silos_per_actor": 1})
+        out = tmp_path / "out"
+        run = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--address", address, "--out", str(out),
+                                "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoint.pkl").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        os.killpg(second.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        stderr = run.communicate(timeout=600)[1]
+        stopped = time.monotonic() - killed
+        assert run.returncode == EXIT_RUNTIME_FAULT, stderr[-3000:]
+        died = [line for line in stderr.splitlines() if "Ray node " in line and "died; its silos [0, 1] drop out" in line]
+        assert len(died) == 1, [line for line in stderr.splitlines() if "Ray node" in line] or stderr[-3000:]
+        error = stderr.strip().splitlines()[-1]
+        assert error.startswith("privsilo: error: silo worker "), stderr[-3000:]
+        assert f"federation.round_timeout = {round_timeout} s" in error and "Ray node " in error, error
+        assert error.endswith(f"continue from the last checkpoint with: privsilo resume {out}"), error
+        assert stopped < round_timeout + 120, stopped  # Ray's health checks take some 15-30 s to mark a node dead
+        nodes.append(start_node(_directory(tmp_path / "third"), num_cpus=3, head=address)[0])
+        resumed = privsilo("resume", str(out), "--no-progress", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert len(list(csv.DictReader((out / "metrics.csv").open()))) == rounds
+    finally:
+        for node in reversed(nodes):
+            _stop_group(node)
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
