@@ -351,11 +351,11 @@ class Federation:
         self._ready = False
         return RuntimeFault(f"{problem}{self._lost_nodes()}; the cluster lost the run's actors, not its input")
 
-    def recover(self, crashed_workers: Sequence[int], *, round_index: int) -> None:
+    def recover(self, crashed_workers: Sequence[int], *, round_index: int | None = None) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
         again and replaces each by its latest snapshot (see ``simulator.snapshots``). A worker that was on a node
         that died gets ``federation.round_timeout`` seconds to come back elsewhere, any other
-        ``ACTOR_START_TIMEOUT_S``; then the run stops (``RuntimeFault``)."""
+        ``ACTOR_START_TIMEOUT_S``; then the run stops (``RuntimeFault``, naming ``round_index`` where given)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
             raise PrivsiloError(
                 f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
@@ -367,12 +367,13 @@ class Federation:
         self._note_nodes(infos)
         ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
 
-    def _wait_until_alive(self, index: int, *, started: float, round_index: int) -> None:
+    def _wait_until_alive(self, index: int, *, started: float, round_index: int | None) -> None:
         """Wait for Ray to restart worker ``index``, whose process died (calls to it fail while it restarts)."""
         while True:
             lost = self._node_of_worker.get(index) in self.nodes.dead
             limit = self.scenario.federation.round_timeout if lost else ACTOR_START_TIMEOUT_S
-            what = f"silo worker {index} (silos {list(self.packing[index])}), which crashed in round {round_index + 1},"
+            when = "" if round_index is None else f" in round {round_index + 1}"
+            what = f"silo worker {index} (silos {list(self.packing[index])}), which crashed{when},"
             try:
                 ray.get(self.workers[index].__ray_ready__.remote(), timeout=max(limit - (time.monotonic() - started), 0.05))
                 return
