@@ -52,8 +52,8 @@ class NodeWatch:
         while not self._stop.wait(self.poll_seconds):
             try:
                 self._poll()
-            except Exception:  # Ray shut down, or the head is gone: the run's own calls fail and say so
-                return
+            except Exception:  # the GCS did not answer this time (a loaded head); the run's own calls say if it is gone
+                continue
 
     def _poll(self) -> None:
         import ray
