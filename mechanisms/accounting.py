@@ -182,6 +182,25 @@ class RdpAccountant(PrivacyAccountant):
         return report
 
 
+def schedule_epsilon(schedule: Iterable[tuple[float, float, int]], delta: float, accountant: str) -> float:
+    """Epsilon of one unit's ``(sampling rate, noise multiplier, steps)`` entries composed one after another, by
+    RDP (the curves add over entries, then [`epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp]) or by their PLD
+    ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon]); inf where an entry with steps has sigma 0."""
+    schedule = tuple((float(q), float(sigma), int(steps)) for q, sigma, steps in schedule)
+    if accountant == "pld":
+        return pld_epsilon(schedule, delta)
+    if accountant != "rdp":
+        raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    schedule = tuple((q, sigma, steps) for q, sigma, steps in schedule if steps > 0 and q > 0)
+    if not schedule:
+        return 0.0
+    if any(sigma == 0.0 for _, sigma, _ in schedule):
+        return math.inf
+    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+    rdp = sum(steps * poisson_gaussian_rdp(np.array([q]), sigma, orders)[:, 0] for q, sigma, steps in schedule)
+    return epsilon_from_rdp(orders, rdp, delta)[0]
+
+
 def _epsilon_and_table(per_silo: dict[int, float]) -> tuple[float | None, dict[str, float | None]]:
     """(max over silos, ``{silo: epsilon}`` with string keys), None for inf: the report's form of ``per_silo``."""
     return (

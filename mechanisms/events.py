@@ -133,6 +133,21 @@ class EuclideanLaplaceEvent:
     hypothesis_spread: float
 
 
+@dataclass(frozen=True)
+class ClientLevelGaussianEvent:
+    """One round of DP-FedAvg as one uploading silo saw it (McMahan et al., ICLR 2018; Andrew et al., NeurIPS 2021).
+
+    Across silos the round is *one* Gaussian mechanism on the sum of the clipped updates, with sensitivity C (one
+    silo's update zeroed out) and noise multiplier ``noise_multiplier`` (with adaptive clipping the multiplier of
+    the update and the clipped count taken together), on silos Poisson-sampled at ``sampling_rate``. Every silo
+    reports the same event; a client-level accountant counts each ``round_index`` once.
+    """
+
+    round_index: int
+    sampling_rate: float
+    noise_multiplier: float
+
+
 PrivacyEvent = (
     PoissonGaussianEvent
     | PersonalizedTrainingPlan
@@ -142,4 +157,5 @@ PrivacyEvent = (
     | LocalDpPlan
     | LocalDpUpload
     | EuclideanLaplaceEvent
+    | ClientLevelGaussianEvent
 )

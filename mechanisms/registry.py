@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 _LOCATIONS = {  # name -> "module:class"
     "none": "mechanisms.none:NoPrivacy",
     "dp_sgd": "mechanisms.dp_sgd:DpSgd",
+    "dp_fedavg": "mechanisms.dp_fedavg.mechanism:DpFedAvg",
     "dprivacy": "mechanisms.dprivacy.mechanism:DPrivacy",
     "rpdp": "mechanisms.rpdp.mechanism:Rpdp",
     "uldp": "mechanisms.uldp.mechanism:Uldp",

@@ -21,7 +21,8 @@ import mechanisms.rdp
 import mechanisms.rpdp.accountant
 import mechanisms.uldp.accountant
 from mechanisms.accounting import RdpAccountant
-from mechanisms.events import PoissonGaussianEvent
+from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+from mechanisms.events import ClientLevelGaussianEvent, PoissonGaussianEvent
 from mechanisms.rdp import DEFAULT_ORDERS, RdpError, check_rdp_curve, conversion_offset, epsilon_from_rdp, poisson_gaussian_rdp
 from mechanisms.rpdp import epsilon as rpdp_epsilon
 from mechanisms.rpdp import rdp_curve
@@ -182,6 +183,12 @@ def _dp_sgd_epsilon() -> float:
     return accountant.epsilon(DELTA)
 
 
+def _dp_fedavg_epsilon() -> float:
+    accountant = ClientLevelAccountant(delta=DELTA)
+    accountant.record(0, ClientLevelGaussianEvent(round_index=0, sampling_rate=0.5, noise_multiplier=2.0))
+    return accountant.report()["epsilon"]
+
+
 def _negative_at_some_orders(rates, sigma, orders):
     """A broken evaluation: negative at integer orders 5 and 8 (ULDP GROUP-4's record-level alpha = 2 x 4) and at
     the fractional order 2.5 (reached by rPDP-FL's fast path only through its fractional rows)."""
@@ -194,7 +201,7 @@ def _negative_at_some_orders(rates, sigma, orders):
     ("module", "compute"),
     [
         (mechanisms.accounting, lambda: _dp_sgd_epsilon()),
-        (mechanisms.uldp.accountant, lambda: uldp_epsilon(variant="avg_w", noise_multiplier=2.0, rounds=10, delta=DELTA)),
+        (mechanisms.accounting, lambda: uldp_epsilon(variant="avg_w", noise_multiplier=2.0, rounds=10, delta=DELTA)),
         (
             mechanisms.uldp.accountant,
             lambda: uldp_epsilon(
@@ -211,8 +218,9 @@ def _negative_at_some_orders(rates, sigma, orders):
             mechanisms.rpdp.accountant,
             lambda: rpdp_epsilon(0.5, noise_multiplier=0.5, rounds=100, local_steps=1, client_rate=1.0, delta=DELTA),
         ),
+        (mechanisms.accounting, _dp_fedavg_epsilon),
     ],
-    ids=["dp_sgd", "uldp_user_level", "uldp_group_1", "uldp_group_4", "rpdp"],
+    ids=["dp_sgd", "uldp_user_level", "uldp_group_1", "uldp_group_4", "rpdp", "dp_fedavg"],
 )
 def test_every_accountant_fails_closed(monkeypatch, module, compute) -> None:
     monkeypatch.setattr(module, "poisson_gaussian_rdp", _negative_at_some_orders)

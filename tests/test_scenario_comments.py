@@ -103,6 +103,19 @@ def test_dp_sgd_audit_claims(sigma: float, digits: int) -> None:
     _stated("audits/dp_sgd_digits.yaml", _dp_sgd_epsilon(raw, records=100, steps=steps), digits)
 
 
+@pytest.mark.parametrize("name", ["dp_fedavg/central.yaml", "dp_fedavg/adaptive.yaml", "audits/dp_fedavg_digits.yaml"])
+def test_dp_fedavg_epsilons(name: str) -> None:
+    """Client-level: every round counted at q = client_rate (the third party's figure) and at q = 1 (the server's)."""
+    from mechanisms.accounting import schedule_epsilon
+
+    raw = load_scenario_file(SCENARIOS / name)
+    mechanism, fed = raw["mechanism"], raw["federation"]
+    settings = ((fed["client_rate"], "rdp"), (fed["client_rate"], "pld"), (1.0, "rdp"))
+    for rate, accountant in settings[: 3 if "server, who knows" in _comments(SCENARIOS / name) else 2]:
+        entry = (rate, mechanism["noise_multiplier"], fed["rounds"])
+        _stated(name, schedule_epsilon((entry,), mechanism["delta"], accountant))
+
+
 def _uldp_stated_epsilon(name: str, user_rate: float, noise_multiplier: float | None = None) -> float:
     raw = load_scenario_file(SCENARIOS / name)
     if "base" in raw:  # a grid: the settings of its base scenario, a file beside it

@@ -14,7 +14,8 @@ SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(p for p in SCENARIOS.rglob("*.yaml"))
 SINGLE_NON_MNIST = ["quickstart.yaml", "quickstart_secagg.yaml", "heart_disease_dpsgd.yaml", "rpdp/heart_disease_three_levels.yaml",
                     "dprivacy/rotated_mnist.yaml", "dprivacy/synthetic_linear.yaml", "attacks/lfw_dlg.yaml",
-                    "attacks/mnist_defences.yaml", "attacks/mnist_dlg.yaml", "audits/dp_sgd_digits.yaml", "audits/uldp_digits.yaml"]
+                    "attacks/mnist_defences.yaml", "attacks/mnist_dlg.yaml", "audits/dp_sgd_digits.yaml", "audits/uldp_digits.yaml",
+                    "dp_fedavg/central.yaml", "dp_fedavg/adaptive.yaml", "audits/dp_fedavg_digits.yaml"]
 
 
 def _validated(name: str, heart_disease_dir):

@@ -81,8 +81,9 @@ def test_the_server_steps_each_hypothesis_on_its_cluster_mean(ray_local):
         {"mechanism": {"name": "rpdp"}},
         {"mechanism": {"name": "uldp", "variant": "group", "group_k": 2}, "data": {"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 20}}},
         {"mechanism": {"name": "pldp", "perturb": "update", "ranges": 0.5, "budgets": 1.0}},
+        {"mechanism": {"name": "dp_fedavg", "clipping": "adaptive", "clipped_count_stddev": 1.0}},
     ],
-    ids=["dp_sgd", "rpdp", "uldp_group", "pldp_update"],
+    ids=["dp_sgd", "rpdp", "uldp_group", "pldp_update", "dp_fedavg_adaptive"],
 )
 def test_the_privacy_report_is_the_same_with_a_server_optimizer_and_fedprox(ray_local, blocks):
     plain = run(small_scenario(**blocks, resources=RESOURCES))

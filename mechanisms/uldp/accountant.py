@@ -28,9 +28,9 @@ from numbers import Integral, Real
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+from mechanisms.accounting import schedule_epsilon
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.pld import pld_epsilon
 from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, epsilon_from_rdp, poisson_gaussian_rdp
 from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
@@ -103,24 +103,7 @@ def user_level_epsilon(
     _check_int("rounds", rounds, minimum=0)
     _check_delta(delta)
     _check_rate("user_rate", user_rate)
-    return _schedule_epsilon(((float(user_rate), float(noise_multiplier), int(rounds)),), delta, accountant)
-
-
-def _schedule_epsilon(schedule: Schedule, delta: float, accountant: str) -> float:
-    """Epsilon of user-level rounds composed as ``(user rate, sigma, rounds)`` entries, by RDP (the curves add
-    over entries, then Lemma 2) or by their PLD ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon])."""
-    if accountant == "pld":
-        return pld_epsilon(tuple(schedule), delta)
-    if accountant != "rdp":
-        raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
-    schedule = [(q, sigma, rounds) for q, sigma, rounds in schedule if rounds > 0]
-    if not schedule:
-        return 0.0
-    if any(sigma == 0.0 for _, sigma, _ in schedule):
-        return math.inf
-    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
-    rdp = sum(rounds * poisson_gaussian_rdp(np.array([q]), sigma, orders)[:, 0] for q, sigma, rounds in schedule)
-    return _to_dp(orders, rdp, delta)
+    return schedule_epsilon(((float(user_rate), float(noise_multiplier), int(rounds)),), delta, accountant)
 
 
 def group_epsilon(
@@ -259,7 +242,7 @@ class UldpAccountant(PrivacyAccountant):
             key = (1.0 if knows_sample else rate, sigma)
             by_setting[key] = by_setting.get(key, 0) + rounds
         schedule = tuple((q, sigma, rounds) for (q, sigma), rounds in by_setting.items())
-        return _schedule_epsilon(schedule, self.delta, accountant)
+        return schedule_epsilon(schedule, self.delta, accountant)
 
     def _both(self, *, knows_sample: bool) -> dict[str, float | None]:
         """``{"rdp": epsilon, "pld": epsilon}`` of the user-level rounds (None for inf), for the PLD report."""

@@ -18,6 +18,7 @@ SUPPORTED_UNITS: dict[str, tuple[str, ...]] = {
     "uldp": ("user",),
     "pldp": ("client",),
     "dprivacy": ("client",),
+    "dp_fedavg": ("client",),
 }
 ULDP_AUDITED_VARIANTS = ("avg", "avg_w", "sgd")
 INPUT_CANARY_MECHANISMS = ("dp_sgd",)
@@ -59,6 +60,9 @@ def check_audit(scenario: Scenario, *, train_records: int | None) -> None:
         _check_rpdp(scenario)
     if name == "uldp":
         _check_uldp(scenario)
+    if name == "dp_fedavg" and scenario.federation.client_rate < 1.0:
+        raise ScenarioError("federation.client_rate", scenario.federation.client_rate, "a dp_fedavg audit's canary clients "
+                            "ride with their host silo, not sampled on their own as the claim's amplification assumes: set it to 1.0")
     capacity = _capacity(scenario, unit, train_records=train_records)
     if capacity is not None and audit.canaries > capacity:
         raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_capacity_reason(unit)})")

@@ -1,0 +1,141 @@
+"""``dp_fedavg``: client-level DP-FedAvg (McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private
+Recurrent Language Models", ICLR 2018, Algorithm 1).
+
+Neighbouring relation: one silo's update zeroed out (the silo is still sampled and counted; Kairouz et al. 2021's
+zero-out relation, which the add/remove-one analysis of the Poisson-subsampled Gaussian covers). Per round the
+server Poisson-samples silos at rate q (``federation.client_rate``); each sampled silo trains locally from the
+global model (FedAvg's local SGD, with FedProx's term where ``federation.proximal_mu`` > 0), clips its model delta
+to L2 norm C and uploads it. The server adds ``N(0, (z C)^2 I)`` to the sum and divides by the *expected* number of
+participants ``q N`` (McMahan et al.'s fixed-denominator estimator, Sec. 3): dividing by the realised number would
+publish how many silos took part, which forfeits the amplification by sampling. The silos upload the public q
+(as a multiple of 2^-20, see ``public_rate``) beside their update, so that the server learns it without the realised
+count entering the model. The noise is
+drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
+Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
+
+Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive Clipping",
+NeurIPS 2021, Algorithm 1): the server sends the round's clip norm C_t as the round plan; each silo also uploads
+``b_i - 1/2``, with ``b_i = 1`` where its update's norm is at most C_t (centred, so one silo moves the sum by 1/2);
+the server adds N(0, sigma_b^2) to that sum, estimates the unclipped fraction ``b = sum / (q N) + 1/2`` and sets
+``C_{t+1} = C_t exp(-eta_C (b - gamma))``. The update's noise is ``z_delta C_t`` with z_delta from
+``DpFedAvgParams.update_noise_multiplier``, so that the round is one Gaussian mechanism of multiplier z.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import math
+from dataclasses import dataclass
+
+from mechanisms.base import (
+    GlobalState,
+    Mechanism,
+    PrivacyAccountant,
+    ServerMechanism,
+    SiloContext,
+    SiloContribution,
+    SiloMechanism,
+)
+from mechanisms.dp_fedavg.params import DpFedAvgParams
+from mechanisms.events import ClientLevelGaussianEvent
+from mechanisms.fedavg import local_sgd
+
+SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
+RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
+
+
+def public_rate(rate: float) -> float:
+    """The client rate as every silo uploads it, ``round(q 2^20) 2^-20``: its sum over any set of uploads is exact
+    (also through secure aggregation's fixed point), so the divisor the server reads never depends on how many
+    silos took part, not even in its last bit."""
+    return round(rate * 2**RATE_BITS) / 2**RATE_BITS
+
+
+def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:
+    """``vector * min(1, bound / ||vector||_2)``."""
+    norm = float(np.linalg.norm(vector))
+    return vector if norm <= bound else vector * (bound / norm)
+
+
+@dataclass(frozen=True)
+class ClipNorm:
+    """Adaptive clipping's round plan: the clip norm C_t of the round (public: computed from noisy sums)."""
+
+    value: float
+
+
+class DpFedAvgSilo(SiloMechanism):
+    """Local SGD from the global model; uploads ``[clip(delta, C), q]``, or ``[clip(delta, C_t), b - 1/2, q]``
+    with adaptive clipping."""
+
+    def __init__(self, context: SiloContext, params: DpFedAvgParams) -> None:
+        self.context, self.params = context, params
+
+    def contribute(self, state: GlobalState, *, round_index: int) -> SiloContribution:
+        return self.contribute_with_plan(state, round_index=round_index, plan=None)
+
+    def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: ClipNorm | None) -> SiloContribution:
+        ctx, params = self.context, self.params
+        clip = params.clip_norm if plan is None else plan.value
+        (start,) = state
+        delta, mean_loss = local_sgd(ctx, start)
+        update = clip_to_norm(delta, clip)
+        unclipped, members = float(np.linalg.norm(delta) <= clip), 1
+        if ctx.canaries is not None and len(ctx.canaries):  # canary client c uploads C u_c with its host silo
+            update = update + clip * ctx.canaries.directions(delta.size).sum(axis=0)
+            unclipped, members = unclipped + len(ctx.canaries), members + len(ctx.canaries)  # norm C: unclipped
+        rate = ctx.training.client_rate
+        count = [unclipped - members / 2] if params.clipping == "adaptive" else []
+        event = ClientLevelGaussianEvent(round_index=round_index, sampling_rate=rate, noise_multiplier=params.noise_multiplier)
+        vector = np.concatenate([update, count, [public_rate(rate)]])
+        return SiloContribution(vector=vector, events=(event,), metrics={"train_loss": mean_loss})
+
+
+class DpFedAvgServer(ServerMechanism):
+    """Adds ``N(0, (z_delta C)^2 I)`` to the sum of the clipped updates and applies it divided by ``q N``; with
+    adaptive clipping also updates C from the noisy count of unclipped updates."""
+
+    def __init__(self, params: DpFedAvgParams, *, num_silos: int) -> None:
+        self.params, self.num_silos = params, num_silos
+        self.clip_norm = params.clip_norm  # C_t
+        self.rng: np.random.Generator | None = None
+
+    def round_plan(self, rng: np.random.Generator, *, round_index: int) -> ClipNorm | None:
+        self.rng = rng  # the server's generator: this round's noise is drawn from it
+        return ClipNorm(self.clip_norm) if self.params.clipping == "adaptive" else None
+
+    def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
+        (params,) = state
+        params_ = self.params
+        expected = contribution_sum[-1] / num_participants * self.num_silos  # q N: every upload carries the public q
+        scale = params_.update_noise_multiplier() * self.clip_norm
+        noisy = contribution_sum[: params.size] + self.rng.normal(0.0, scale, params.size)
+        if params_.clipping == "adaptive":
+            unclipped = (contribution_sum[params.size] + self.rng.normal(0.0, params_.clipped_count_stddev)) / expected + 0.5
+            self.clip_norm *= math.exp(-params_.clip_learning_rate * (unclipped - params_.target_quantile))
+        return (params + noisy / expected,)
+
+
+class DpFedAvg(Mechanism):
+    """DP-FedAvg (see the module docstring)."""
+
+    name = "dp_fedavg"
+    privacy_unit = "client"
+    Params = DpFedAvgParams
+
+    def silo(self, context: SiloContext) -> SiloMechanism:
+        return DpFedAvgSilo(context, self.params)
+
+    def server(self) -> ServerMechanism:
+        raise TypeError("dp_fedavg's server divides by q N; use server_for(num_silos=..., num_users=...)")
+
+    def server_for(self, *, num_silos: int, num_users: int | None) -> ServerMechanism:
+        return DpFedAvgServer(self.params, num_silos=num_silos)
+
+    def accountant(self) -> PrivacyAccountant:
+        from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+
+        return ClientLevelAccountant(delta=self.params.delta, accountant=self.params.accountant)
+
+    def assumed_public(self) -> tuple[str, ...]:
+        return (SILO_COUNT_PUBLIC,)
