@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -231,50 +232,79 @@ def test_idle_actors_give_up_the_gpu_share_a_run_of_another_shape_needs(head, tm
     assert gpu_run("thirds_again", 0.3, 3) == thirds
 
 
-def test_a_lost_node_is_named_at_once_and_the_run_stops_within_the_round_timeout_for_resume(tmp_path):
-    """Issue 39: a second node (``ray start --address``, a HOME of its own) hosts both silo workers, since the
-    head's one CPU holds only the server; its process group gets SIGKILL after the first checkpoint. The driver
-    names the node as soon as Ray marks it dead; with no node left with room, the silos cannot come back, and the
-    run stops ``federation.round_timeout`` later: exit 3 (not 2, the bad-input code), an error line naming the node
-    and the resume command. A new node joins, and ``privsilo resume`` finishes the run."""
+def test_the_silos_of_a_lost_node_come_back_on_a_new_one_or_the_run_stops_for_resume(tmp_path):
+    """Issue 39, on a head whose one CPU holds only the server, so that the silo workers (1.5 CPUs each) run on a
+    second node (``ray start --address``, a HOME of its own), whose process group gets SIGKILL after the first
+    checkpoint. The driver names the node as soon as Ray marks it dead, and its silos drop out.
+
+    First run: a new node joins after that line; the workers come back on it and the run ends (exit 0) with every
+    round and the crash counted. Second run, with ``federation.round_timeout`` 20 s: the node hosting the workers
+    is killed and none joins, so the run stops: exit 3 (not 2, the bad-input code), one error line naming the
+    node and the resume command; a node joins, and ``privsilo resume`` finishes the run."""
     from simulator.errors import EXIT_RUNTIME_FAULT
 
     nodes = []
     try:
         head_node, address = start_node(_directory(tmp_path / "head"), num_cpus=1, joinable=True)
         nodes.append(head_node)
-        second, _ = start_node(_directory(tmp_path / "second"), num_cpus=3, head=address)
-        nodes.append(second)
-        rounds, round_timeout = 150, 20
-        scenario = _scenario_file(tmp_path, "lost", data={"dataset": "digits", "partition": "iid", "silos": 2},
-                                  federation={**FAST, "rounds": rounds, "round_timeout": round_timeout},
-                                  resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1.5, "num_gpus": 0}, "silos_per_actor": 1})
-        out = tmp_path / "out"
-        run = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--address", address, "--out", str(out),
-                                "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 300
-        while not (out / "checkpoint.pkl").exists() and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert run.poll() is None, run.communicate()[1][-3000:]
-        os.killpg(second.pid, signal.SIGKILL)
-        killed = time.monotonic()
-        stderr = run.communicate(timeout=600)[1]
-        stopped = time.monotonic() - killed
-        assert run.returncode == EXIT_RUNTIME_FAULT, stderr[-3000:]
-        died = [line for line in stderr.splitlines() if "Ray node " in line and "died; its silos [0, 1] drop out" in line]
-        assert len(died) == 1, [line for line in stderr.splitlines() if "Ray node" in line] or stderr[-3000:]
-        error = stderr.strip().splitlines()[-1]
-        assert error.startswith("privsilo: error: silo worker "), stderr[-3000:]
-        assert f"federation.round_timeout = {round_timeout} s" in error and "Ray node " in error, error
+        nodes.append(start_node(_directory(tmp_path / "node-1"), num_cpus=3, head=address)[0])
+        comes_back = _lost_node_run(tmp_path / "comes_back", address, nodes, round_timeout=600, replace=True)
+        assert comes_back.returncode == 0, comes_back.stderr[-3000:]
+        summary = json.loads((tmp_path / "comes_back" / "out" / "summary.json").read_text())
+        assert summary["failures"]["crashes"] >= 1 and summary["failures"]["rounds_with_dropouts"] >= 1, summary["failures"]
+        stops = _lost_node_run(tmp_path / "stops", address, nodes, round_timeout=20, replace=False)
+        assert stops.returncode == EXIT_RUNTIME_FAULT, stops.stderr[-3000:]
+        out = tmp_path / "stops" / "out"
+        error = stops.stderr.strip().splitlines()[-1]
+        assert error.startswith("privsilo: error: silo worker ") and "Ray node " in error, stops.stderr[-3000:]
+        assert "federation.round_timeout = 20 s" in error, error
         assert error.endswith(f"continue from the last checkpoint with: privsilo resume {out}"), error
-        assert stopped < round_timeout + 120, stopped  # Ray's health checks take some 15-30 s to mark a node dead
-        nodes.append(start_node(_directory(tmp_path / "third"), num_cpus=3, head=address)[0])
+        assert stops.stopped_s < 20 + 120, stops.stopped_s  # Ray's health checks take some 15-30 s to mark a node dead
+        nodes.append(start_node(_directory(tmp_path / "node-3"), num_cpus=3, head=address)[0])
         resumed = privsilo("resume", str(out), "--no-progress", cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        assert len(list(csv.DictReader((out / "metrics.csv").open()))) == rounds
+        assert len(list(csv.DictReader((out / "metrics.csv").open()))) == LOST_NODE_ROUNDS
     finally:
         for node in reversed(nodes):
             _stop_group(node)
+
+
+LOST_NODE_ROUNDS = 150
+
+
+def _lost_node_run(where: Path, address: str, nodes: list[subprocess.Popen], *, round_timeout: float,
+                   replace: bool) -> subprocess.CompletedProcess:
+    """A run whose two silo workers are on the last node of ``nodes``, which gets SIGKILL after the first
+    checkpoint; the driver must name it, once, with both silos; with ``replace`` a new node joins then. The run's
+    result, with ``stopped_s``: the seconds from the kill to the run's end."""
+    where.mkdir()
+    scenario = _scenario_file(where, "lost", data={"dataset": "digits", "partition": "iid", "silos": 2},
+                              federation={**FAST, "rounds": LOST_NODE_ROUNDS, "round_timeout": round_timeout},
+                              resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1.5, "num_gpus": 0}, "silos_per_actor": 1})
+    out, lines = where / "out", []
+    command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--address", address, "--out", str(out), "--no-progress"]
+    run = subprocess.Popen(command, cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint.pkl").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.poll() is None, "".join(lines)[-3000:]
+    os.killpg(nodes[-1].pid, signal.SIGKILL)
+    killed = time.monotonic()
+    while not any("Ray node " in line and " died;" in line for line in lines) and run.poll() is None and time.monotonic() < killed + 300:
+        time.sleep(0.2)
+    if replace:
+        nodes.append(start_node(_directory(where / "node"), num_cpus=3, head=address)[0])
+    stdout = run.stdout.read()
+    run.wait(timeout=900)
+    reader.join(timeout=60)
+    stderr = "".join(lines)
+    died = [line for line in stderr.splitlines() if "Ray node " in line and "died; its silos [0, 1] drop out" in line]
+    assert len(died) == 1, [line for line in stderr.splitlines() if "Ray node" in line] or stderr[-3000:]
+    result = subprocess.CompletedProcess(command, run.returncode, stdout, stderr)
+    result.stopped_s = time.monotonic() - killed
+    return result
 
 
 def _directory(path: Path) -> Path:
