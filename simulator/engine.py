@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import ray
 import torch
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm.auto import tqdm
 
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
@@ -50,6 +49,7 @@ from simulator.detached_pool import pool_for
 from simulator.worker_pool import ActorShape
 
 ACTOR_START_TIMEOUT_S = 300
+HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray gives the head node one unit of it
 UNREADY_RELEASE_TIMEOUT_S = 5  # a failed start hands back the actors that answer by then, and stops the others
 
 
@@ -263,9 +263,9 @@ class Federation:
         seeds = run_seeds(scenario.seed, scenario.data.silos)
         self.vault = None
         if self.snapshots:
-            # the silos' stable storage lives on the driver's node, so that losing another node never loses it
-            here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-            self.vault = ray.remote(SnapshotVault).options(num_cpus=0, scheduling_strategy=here).remote()
+            # the silos' stable storage lives on the head node (whose loss ends the cluster anyway), so that losing
+            # another node never loses it
+            self.vault = ray.remote(SnapshotVault).options(num_cpus=0, resources={HEAD_NODE_RESOURCE: 0.001}).remote()
             self._stack.callback(ray.kill, self.vault)
         # The training set goes into the object store once; every worker reads its silos' records from there.
         histogram = None if self.users is None else self.users.histogram()
@@ -366,9 +366,15 @@ class Federation:
         started = time.monotonic()
         for index in crashed_workers:
             self._wait_until_alive(index, started=started, round_index=round_index)
-        infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers])
-        self._note_nodes(infos)
-        ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+        try:
+            infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers])
+            self._note_nodes(infos)
+            ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(_root_cause(exc), ray.exceptions.RayActorError):
+                raise
+            raise self.fault(f"the silo workers {sorted(crashed_workers)} that crashed could not get their silos back: "
+                             f"an actor of the run was lost ({type(_root_cause(exc)).__name__})") from None
 
     def _wait_until_alive(self, index: int, *, started: float, round_index: int | None) -> None:
         """Wait for Ray to restart worker ``index``, whose process died (calls to it fail while it restarts)."""
