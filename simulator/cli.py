@@ -524,7 +524,7 @@ def _after_interrupt(args: argparse.Namespace) -> str:
 def entry_point() -> NoReturn:
     """The ``privsilo`` command: :func:`main`, then the exit as the interpreter would make it (other threads
     joined, ``atexit`` handlers run, output flushed) but without tearing down the modules it loaded, which with
-    torch, Ray and matplotlib loaded takes seconds (measured: some 4 s of a 6 s Ctrl-C on a loaded machine)."""
+    torch, Ray and matplotlib loaded takes seconds (most of the time a Ctrl-C'd run took to exit)."""
     code = main()
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
