@@ -430,6 +430,7 @@ def _local_pool_command(command: str) -> int:
         print(f"the local pool is not usable: {reason} (log: {local_pool.log_path()}); `privsilo pool stop` clears it")
         return 0
     print(local_pool.describe(state))
+    local_pool.use_credentials()
     join_cluster(state.address, connect_timeout=local_pool.REACH_TIMEOUT_S, field="local pool")
     try:
         print(status_table())

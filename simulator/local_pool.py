@@ -18,12 +18,18 @@ already imported that runs the next such command for it, then exits and is repla
 
 Only the processes recorded in the state file are ever signalled; other Ray instances on the machine are never
 touched.
+
+The pool is its owner's alone: the head and its workers listen on 127.0.0.1 only, and every connection to them must
+carry the pool's Ray token (Ray's token authentication, ``RAY_AUTH_MODE=token``), a random 256-bit secret kept in
+the state directory (mode 0700) in a file of mode 0600, like the state file and the log. A command that joins the
+pool reads the token from there (:func:`use_credentials`); another local user can read neither.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -59,6 +65,51 @@ def log_path() -> Path:
     return state_dir() / "local-pool.log"
 
 
+def token_path(directory: Path | None = None) -> Path:
+    """The pool's Ray authentication token (mode 0600)."""
+    return (directory or state_dir()) / "ray-auth-token"
+
+
+def _private_state_dir() -> Path:
+    """The state directory, created if missing, mode 0700 (owner only)."""
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.chmod(0o700)
+    return directory
+
+
+def _open_private(path: Path, mode: str = "w"):
+    """``path`` opened for writing, created with mode 0600 (an existing file is made 0600 too)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if mode == "w" else os.O_APPEND), 0o600)
+    os.fchmod(descriptor, 0o600)
+    return os.fdopen(descriptor, mode)
+
+
+def pool_environment(directory: Path) -> dict[str, str]:
+    """The variables under which the pool's head starts and with which a process joins it: Ray's token
+    authentication with the pool's token, and Ray's single-host mode, in which Ray takes 127.0.0.1 as the node's
+    address and binds its servers to it (and does not turn a 127.0.0.1 head address into the host's address)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path(directory)),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def use_credentials() -> None:
+    """Join the local pool from this process (and the processes it starts) as its owner: with the pool's token, at
+    127.0.0.1. Ray reads these settings once, so they are reloaded where Ray is already imported."""
+    variables = pool_environment(state_dir())
+    if all(os.environ.get(name) == value for name, value in variables.items()):
+        return
+    os.environ.update(variables)
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
+    if "ray" in sys.modules:
+        from ray._private import ray_constants
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 @dataclass
 class PoolState:
     """The state file: the supervisor (``pid``, ``start``: its start time in clock ticks since boot), the head's
@@ -91,7 +142,8 @@ def read_state(path: Path | None = None) -> PoolState | None:
 
 def _write_state(state: PoolState, path: Path) -> None:
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(state)))
+    with _open_private(temporary) as file:
+        file.write(json.dumps(asdict(state)))
     temporary.replace(path)
 
 
@@ -124,11 +176,15 @@ def start(*, idle_timeout: float, num_cpus: int | None) -> PoolState:
     if current is not None and current.supervisor_alive():
         raise PrivsiloError(f"pool start: a local pool is already running (Ray head at {current.address}, supervisor "
                             f"pid {current.pid}); `privsilo pool stop` stops it")
-    state_dir().mkdir(parents=True, exist_ok=True)
+    directory = _private_state_dir()
     path = state_path()
     path.unlink(missing_ok=True)  # a crashed or stale pool's file
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    with log_path().open("w") as log:
+    with _open_private(token_path(directory)) as token:  # a new secret for each pool
+        token.write(secrets.token_hex(32))
+    env = {**os.environ, **pool_environment(directory),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("RAY_AUTH_TOKEN", None)
+    with _open_private(log_path()) as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "simulator.local_pool", "serve", "--idle-timeout", repr(idle_timeout),
              "--num-cpus", str(num_cpus or os.cpu_count() or 1), "--state", str(path)],
@@ -204,6 +260,7 @@ def address_for_command(configured: str | None) -> tuple[str | None, str | None]
             stop()  # forget it, and end whatever of it is left
         return None, (f"the local pool is not usable ({reason}); this command starts Ray of its own "
                       f"(`privsilo pool start` starts a new pool; log: {log_path()})")
+    use_credentials()
     return state.address, (f"using the local warm pool (Ray head at {state.address}; it stops after "
                            f"{state.idle_timeout:g} s without a command, or with `privsilo pool stop`)")
 

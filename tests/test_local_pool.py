@@ -7,8 +7,13 @@ status and Ctrl-C, and only for a caller that would run the same code.
 Every test has a state directory of its own (``PRIVSILO_STATE_DIR``), so it never sees another pool."""
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
+import pwd
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,6 +30,7 @@ from simulator.processes import process_start
 from tests.conftest import REPO, small_scenario
 from tests.test_warm_pool import metrics_without_wall_times
 
+OTHER_USER = "privsilo-test-other"
 GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded machine is slower
 
 
@@ -193,3 +199,65 @@ def test_the_ready_driver_runs_a_command_as_its_own_process_would_and_only_for_t
     wait_until_gone({driver})
     assert not (tmp_path / "interrupted" / "summary.json").exists()
     privsilo("pool", "stop")
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[str]:
+    """A second Unix user (created for the test, removed after it): needs root."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("a second Unix user needs root and useradd; this test runs as a user without them")
+    try:
+        pwd.getpwnam(OTHER_USER)
+        created = False
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True)
+        created = True
+    yield OTHER_USER
+    if created:
+        subprocess.run(["userdel", OTHER_USER], check=False)
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """The local addresses of the TCP sockets the processes ``pids`` listen on (from /proc)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            inodes |= {os.readlink(fd.path)[8:-1] for fd in os.scandir(f"/proc/{pid}/fd")
+                       if os.readlink(fd.path).startswith("socket:[")}
+        except OSError:
+            continue  # it ended meanwhile
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state, inode = (fields := line.split())[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # LISTEN
+                packed = bytes.fromhex(local.split(":")[0])
+                host = b"".join(packed[i:i + 4][::-1] for i in range(0, len(packed), 4))  # words in host order
+                address = ipaddress.ip_address(host)
+                found.add(str(getattr(address, "ipv4_mapped", None) or address))
+    return found
+
+
+def test_only_the_pools_owner_can_join_it_or_read_its_files(state_dir, other_user):
+    state, processes = started_pool("--idle-timeout", "600")
+    ready_driver()  # its socket is one of the files the other user tries
+    assert state.address.startswith("127.0.0.1:")
+    assert listening_addresses(processes) == {"127.0.0.1"}  # the GCS, the raylet, its workers: loopback only
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    files = sorted(path.name for path in state_dir.iterdir())
+    assert files == ["local-pool.json", "local-pool.log", "ray-auth-token", driver_protocol.SOCKET_NAME]
+    assert all(stat.S_IMODE((state_dir / name).stat().st_mode) == 0o600 for name in files)
+
+    def intrude(*how: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "tests.pool_intruder", other_user, str(state_dir), state.address,
+                               *how], capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout.splitlines()[-1])
+        assert report["uid"] == pwd.getpwnam(other_user).pw_uid
+        assert report["files"] == {name: "PermissionError" for name in [".", *files]}
+        return report
+
+    for how in (["--no-token"], ["--token-guess"]):
+        assert intrude(*how)["joined"].startswith("AuthenticationError: RPC error: InvalidAuthToken"), how
+    # the control: the same user, handed the token, gets in (so the token, not the user's files, is the gate)
+    assert intrude("--token-from", str(state_dir / "ray-auth-token"))["joined"].startswith("read ")
