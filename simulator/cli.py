@@ -433,7 +433,7 @@ def _local_pool_command(command: str) -> int:
     local_pool.use_credentials()
     join_cluster(state.address, connect_timeout=local_pool.REACH_TIMEOUT_S, field="local pool")
     try:
-        print(status_table())
+        print(status_table(local=True))
     finally:
         ray.shutdown()
     return 0

@@ -258,13 +258,15 @@ def stop_pool() -> int:
     return len(names)
 
 
-def status_table() -> str:
-    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds)."""
+def status_table(*, local: bool = False) -> str:
+    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds);
+    ``local``: of the local pool (whose runs need no --address)."""
     import ray
 
     pool = registry(create=False)
     if pool is None:
-        return "no warm pool on this cluster (a run with --address starts one)"
+        return ("no actor in the local pool yet (the next run, sweep, audit or attack starts them)" if local
+                else "no warm pool on this cluster (a run with --address starts one)")
     entries = ray.get(pool.status.remote())
     if not entries:
         return "the warm pool is empty"

@@ -68,7 +68,9 @@ def run(
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
     empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
     (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
+    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``). ``address``:
+    the Ray head to join for this run alone; summary.json and the checkpoint record it as ``ray.address``, but a
+    resume joins the head its own command gives (a local pool's head may be gone by then).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
@@ -84,6 +86,7 @@ def run(
     if scenario.audit is not None and canaries is None:
         raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
                             "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
+    given = scenario.explicit_dict()  # what a resume runs: not the head it ran on (a local pool's lives no longer)
     if address:
         scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
@@ -94,7 +97,7 @@ def run(
         tracking_dir = Path(out_dir) / TENSORBOARD_DIR
     output = LiveOutput(fresh=None if resume or out_dir is None else Path(out_dir), log=log if tracking_dir else (),
                         tracking_dir=tracking_dir, resume_with={"overrides": list(invocation["overrides"]), "log": list(log),
-                                                          "scenario": scenario.explicit_dict()})
+                                                          "scenario": given})
     with ExitStack() as held:
         for directory in dict.fromkeys(Path(d) for d in (out_dir, checkpoints) if d is not None):
             held.enter_context(locked(directory))

@@ -114,7 +114,7 @@ def use_credentials() -> None:
 class PoolState:
     """The state file: the supervisor (``pid``, ``start``: its start time in clock ticks since boot), the head's
     GCS ``address``, the head's processes ``{name: [pid, start]}``, the current ready ``driver`` ``[pid, start]``,
-    the settings, and ``crashed`` (what died)."""
+    the settings, ``crashed`` (what died) and ``code``: the checkout whose privsilo the head's workers import."""
 
     pid: int
     start: int
@@ -125,6 +125,7 @@ class PoolState:
     processes: dict[str, list[int]] = field(default_factory=dict)
     crashed: str | None = None
     driver: list[int] | None = None
+    code: str = ""
 
     def supervisor_alive(self) -> bool:
         return process_start(self.pid) == self.start
@@ -248,8 +249,9 @@ def problem(state: PoolState) -> str | None:
 
 def address_for_command(configured: str | None) -> tuple[str | None, str | None]:
     """The Ray address a command uses, and the one line to print about it: ``configured`` (``--address`` or the
-    scenario's ``ray.address``) if given; else the local pool's head if one is running; else None (Ray of the
-    command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
+    scenario's ``ray.address``) if given; else the local pool's head if one is running and its workers import
+    privsilo from this command's checkout (else they would run other code than this command's); else None (Ray of
+    the command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
     if configured:
         return configured, None
     state = read_state()
@@ -260,6 +262,9 @@ def address_for_command(configured: str | None) -> tuple[str | None, str | None]
             stop()  # forget it, and end whatever of it is left
         return None, (f"the local pool is not usable ({reason}); this command starts Ray of its own "
                       f"(`privsilo pool start` starts a new pool; log: {log_path()})")
+    if state.code != str(REPO):  # its workers would run that checkout's code, not this command's
+        return None, (f"the local pool runs privsilo from {state.code or 'another checkout'}, this command from "
+                      f"{REPO}; it starts Ray of its own")
     use_credentials()
     return state.address, (f"using the local warm pool (Ray head at {state.address}; it stops after "
                            f"{state.idle_timeout:g} s without a command, or with `privsilo pool stop`)")
@@ -281,12 +286,17 @@ def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
     from simulator.detached_pool import running_jobs
 
     stopping: list[str] = []
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda number, _: stopping.append(f"signal {signal.Signals(number).name}"))
+
+    def catch_stop_signals() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda number, _: stopping.append(f"signal {signal.Signals(number).name}"))
+
+    catch_stop_signals()
     state = PoolState(pid=os.getpid(), start=process_start(os.getpid()) or 0, idle_timeout=idle_timeout,
-                      num_cpus=num_cpus, started_at=time.time())
+                      num_cpus=num_cpus, started_at=time.time(), code=str(REPO))
     _write_state(state, path)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    catch_stop_signals()  # again: ray.init replaced them (and Ray's core dumps stack frames on SIGTERM, as on a crash)
     node = ray._private.worker.global_worker.node
     state.address = node.address
     state.processes = {f"{name}-{i}": [info.process.pid, process_start(info.process.pid) or 0]

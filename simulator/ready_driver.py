@@ -20,8 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from simulator.driver_protocol import (EXIT_FAILED_TO_START, HANDSHAKE_TIMEOUT_S, PRELOADED, fingerprint, receive_message,
-                                       send_message, socket_path)
+from simulator.driver_protocol import (EXIT_FAILED_TO_START, PRELOADED, REQUEST_TIMEOUT_S, check_request, fingerprint,
+                                       receive_message, send_message, socket_path)
 
 CHECK_PARENT_EVERY_S = 1.0
 
@@ -52,6 +52,8 @@ def serve(*, state_dir: Path, supervisor: int) -> int:
             for fd in fds:
                 os.close(fd)
             _refuse(connection)
+            if request is None:
+                continue
             if fingerprint() != own:
                 return 0  # privsilo's sources changed since this driver loaded them: the supervisor starts a new one
         else:
@@ -89,13 +91,18 @@ def _next_caller(listener: socket.socket, *, supervisor: int) -> socket.socket |
 
 
 def _request(connection: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """A caller's request and its three standard streams; None for a request that is not one."""
+    """A caller's request and its three standard streams, if the connection brought one within
+    :data:`REQUEST_TIMEOUT_S`; else None (and one line in the pool's log saying why)."""
+    fds: list[int] = []
     try:
-        connection.settimeout(HANDSHAKE_TIMEOUT_S)
-        request, fds = receive_message(connection, fds=3)
-    except (OSError, ValueError):
+        request, fds = receive_message(connection, fds=3, timeout=REQUEST_TIMEOUT_S)
+        check_request(request, fds)
+        return request, fds
+    except (OSError, ValueError) as exc:
+        for fd in fds:
+            os.close(fd)
+        print(f"ready driver: ignored a connection that sent no request ({type(exc).__name__}: {exc})", flush=True)
         return None, []
-    return (request if len(fds) == 3 and "fingerprint" in request else None), fds
 
 
 def _refuse(connection: socket.socket) -> None:
@@ -114,7 +121,7 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
         os.dup2(fd, standard)
         os.close(fd)
     sys.stdout.reconfigure(line_buffering=os.isatty(1))  # as the caller's own stdout would buffer
-    os.chdir(request["cwd"])
+    os.umask(request["umask"] & 0o777)  # files the command writes get the modes they would in the caller's process
     os.environ.clear()
     os.environ.update(request["environ"])
     sys.path[:] = request["sys_path"]
@@ -125,6 +132,7 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
 
     stay_joined_until_exit()  # the caller gets its exit status before the driver leaves the cluster
     try:
+        os.chdir(request["cwd"])
         code = execute(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
