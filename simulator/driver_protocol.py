@@ -23,10 +23,11 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SWITCH_VARIABLE = "PRIVSILO_READY_DRIVER"
 SOCKET_NAME = "ready-driver.sock"
+LOG_NAME = "local-pool.log"  # the pool's log, where the driver's output goes
 PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
 PRELOADED = ("torch", "ray", "numpy", "scipy", "matplotlib", "opacus", "yaml")  # imported before any caller comes
 IMPORT_TIME_VARIABLES = (  # read when torch, numpy, Ray or Python start: a driver started with others would differ
@@ -44,6 +45,10 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def socket_path(state_dir: Path) -> Path:
     return state_dir / SOCKET_NAME
+
+
+def log_file(state_dir: Path) -> Path:
+    return state_dir / LOG_NAME
 
 
 def fingerprint() -> str:
@@ -136,9 +141,11 @@ def check_request(request: dict[str, Any], fds: list[int]) -> None:
 
 # --- the caller's side --------------------------------------------------------------------------------------------
 
-def delegate(argv: list[str], *, state_dir: Path) -> int | None:
+def delegate(argv: list[str], *, state_dir: Path, after_lost_driver: Callable[[], str]) -> int | None:
     """Run ``privsilo ARGV`` in the local pool's ready driver and return its exit status; None if no driver can
-    run it (none ready, busy, or started with other code), so that the caller runs it itself."""
+    run it (none ready, busy, or started with other code), so that the caller runs it itself. A driver that ends
+    without an exit status (killed) is reported in one line, ending with ``after_lost_driver()`` (what the command
+    left: the command resuming it)."""
     path = socket_path(state_dir)
     if os.environ.get(SWITCH_VARIABLE) == "0" or not path.exists():
         return None
@@ -158,10 +165,10 @@ def delegate(argv: list[str], *, state_dir: Path) -> int | None:
     if not reply.get("accepted"):
         connection.close()
         return None
-    return _wait_for_exit(connection, driver=reply["pid"])
+    return _wait_for_exit(connection, driver=reply["pid"], after_lost_driver=after_lost_driver, state_dir=state_dir)
 
 
-def _wait_for_exit(connection: socket.socket, *, driver: int) -> int:
+def _wait_for_exit(connection: socket.socket, *, driver: int, after_lost_driver: Callable[[], str], state_dir: Path) -> int:
     """The driver's exit status for the command, passing on the signals this process receives meanwhile."""
     forwarded: list[int] = []
 
@@ -177,11 +184,11 @@ def _wait_for_exit(connection: socket.socket, *, driver: int) -> int:
     try:
         reply, _ = receive_message(connection)
         return int(reply["exit"])
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError):
         if forwarded:
             return 128 + forwarded[-1]  # ended by the signal passed on, as the shell reports a command killed by it
-        print(f"privsilo: error: the local pool's ready driver (pid {driver}) ended without an exit status; "
-              "see the pool's log", file=sys.stderr)
+        print(f"privsilo: error: the local pool's ready driver (pid {driver}) that ran this command ended without an "
+              f"exit status (log: {log_file(state_dir)}); {after_lost_driver()}", file=sys.stderr)
         return 1
     finally:
         connection.close()

@@ -44,7 +44,7 @@ from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
 from simulator.detached_pool import pool_for
-from simulator.worker_pool import ActorShape
+from simulator.worker_pool import ActorShape, WorkerPool, wait_until_scheduled
 
 ACTOR_START_TIMEOUT_S = 300
 UNREADY_RELEASE_TIMEOUT_S = 5  # a failed start hands back the actors that answer by then, and stops the others
@@ -280,7 +280,7 @@ class Federation:
             seed=seeds["server"],
         )
         try:
-            infos, construction = _wait_for_workers(hosting)
+            infos, construction = _wait_for_workers(hosting, self._pool)
             ray.get(opened)
         except ray.exceptions.RayTaskError as exc:
             if (error := _user_code_error(scenario, exc)) is None:
@@ -333,7 +333,7 @@ class Federation:
                 "(they are kept with an output directory and checkpoint.every > 0, or with a faults block)")
         for index in crashed_workers:
             _wait_until_alive(self.workers[index])
-        _wait_for_workers([self._host(index) for index in crashed_workers])
+        _wait_for_workers([self._host(index) for index in crashed_workers], self._pool)
         ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
 
     def checkpoint_state(self) -> dict[str, Any]:
@@ -345,7 +345,7 @@ class Federation:
         """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
-        pool = pool_for(self.scenario.ray)
+        pool = self._pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)
 
         def hand_back() -> None:  # actors of a federation that never got ready may not even be scheduled
@@ -550,13 +550,17 @@ def _protocol_timing(setup: Mapping[str, float], records: Sequence[RoundRecord])
     }
 
 
-def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
-    """Every hosted silo's info, and the longest time a worker spent constructing its silos."""
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
+def _wait_for_workers(refs: list[Any], pool: WorkerPool) -> tuple[list[SiloInfo], float]:
+    """Every hosted silo's info, and the longest time a worker spent constructing its silos (waiting while other
+    runs hold the pool's actors: ``simulator.worker_pool.wait_until_scheduled``)."""
+    ready, pending, held = wait_until_scheduled(refs, pool=pool, timeout=ACTOR_START_TIMEOUT_S)
     if pending:
+        free = ray.available_resources()
         raise PrivsiloError(
             f"resources: only {len(ready)} of {len(refs)} silo worker actors could be scheduled within "
-            f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
+            f"{ACTOR_START_TIMEOUT_S} s; free: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs; pending: "
+            f"{len(pending)} silo worker actors; held by this run: {len(ready)} silo worker actors and its server; "
+            f"held by other runs: {held}"
         )
     try:
         replies = ray.get(refs)

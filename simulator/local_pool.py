@@ -33,19 +33,24 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.processes import process_start
-from simulator.driver_protocol import EXIT_FAILED_TO_START, socket_path
+from simulator.driver_protocol import EXIT_FAILED_TO_START, log_file, socket_path
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
 STOP_WAIT_S = 60.0
 CHECK_EVERY_S = 1.0  # how often the supervisor checks the head's processes and the running jobs
 REACH_TIMEOUT_S = 5.0
+WATCH_EVERY_S = 0.5  # how often a command on the pool checks that the pool's supervisor is still there
+EXIT_POOL_LOST = 1
+LAST_WORDS: list[Callable[[int], None]] = []  # run before a command whose pool stopped ends (the ready driver's)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -62,7 +67,7 @@ def state_path() -> Path:
 
 
 def log_path() -> Path:
-    return state_dir() / "local-pool.log"
+    return log_file(state_dir())
 
 
 def token_path(directory: Path | None = None) -> Path:
@@ -253,6 +258,8 @@ def address_for_command(configured: str | None) -> tuple[str | None, str | None]
     privsilo from this command's checkout (else they would run other code than this command's); else None (Ray of
     the command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
     if configured:
+        if (own := serving(configured)) is not None and own.code == str(REPO):
+            use_credentials()  # the local pool's head given by its address: joined as its owner
         return configured, None
     state = read_state()
     if state is None:
@@ -268,6 +275,32 @@ def address_for_command(configured: str | None) -> tuple[str | None, str | None]
     use_credentials()
     return state.address, (f"using the local warm pool (Ray head at {state.address}; it stops after "
                            f"{state.idle_timeout:g} s without a command, or with `privsilo pool stop`)")
+
+
+def serving(address: str | None) -> PoolState | None:
+    """The running local pool whose head is at ``address``, or None."""
+    state = read_state() if address else None
+    return state if state is not None and state.address == address and state.supervisor_alive() else None
+
+
+def exit_when_stopped(state: PoolState, farewell: Callable[[str], None]) -> None:
+    """End this process as soon as the pool of ``state`` stops (``pool stop``, or its supervisor killed), after
+    ``farewell(why)`` and :data:`LAST_WORDS`: its Ray head goes with it, and Ray would only fail a minute later.
+    Watched from a daemon thread."""
+    def watch() -> None:
+        while state.supervisor_alive():
+            time.sleep(WATCH_EVERY_S)
+        farewell(f"the local pool stopped while this command ran (its supervisor, pid {state.pid}, is gone)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for last in LAST_WORDS:
+            try:
+                last(EXIT_POOL_LOST)
+            except OSError:
+                pass  # the one to tell is gone too
+        os._exit(EXIT_POOL_LOST)
+
+    threading.Thread(target=watch, name="local-pool-watch", daemon=True).start()
 
 
 def describe(state: PoolState) -> str:

@@ -129,6 +129,9 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
     threading.Thread(target=_interrupt_if_caller_leaves, args=(connection, finished), daemon=True).start()
     from simulator.cli import execute
     from simulator.cluster import stay_joined_until_exit
+    from simulator.local_pool import LAST_WORDS
+
+    LAST_WORDS.append(lambda code: send_message(connection, {"exit": code}))  # the pool stopped mid-command
 
     stay_joined_until_exit()  # the caller gets its exit status before the driver leaves the cluster
     try:

@@ -266,33 +266,6 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
     # the control: the same user, handed the token, gets in (so the token, not the user's files, is the gate)
     assert intrude("--token-from", str(state_dir / "ray-auth-token"))["joined"].startswith("read ")
 
-
-@pytest.mark.timeout(1800)
-def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_uninterrupted_runs_results(state_dir, tmp_path):
-    scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump(small_scenario(name="outlives", checkpoint={"every": 1}, federation={
-        "rounds": 40, "client_rate": 1.0, "local_steps": 20, "batch_size": 32, "lr": 0.1})))
-    state, _ = started_pool("--idle-timeout", "600")
-    interrupted = tmp_path / "interrupted"
-    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
-                               str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while not (interrupted / "checkpoint.pkl").exists():
-        assert time.monotonic() < deadline and caller.poll() is None, "the run on the pool wrote no checkpoint"
-        time.sleep(0.1)
-    caller.send_signal(signal.SIGINT)
-    out, err = caller.communicate(timeout=600)
-    assert caller.returncode == 130 and f"Ray head at {state.address}" in out, out[-2000:] + err[-3000:]
-    privsilo("pool", "stop")
-
-    resumed = privsilo("resume", str(interrupted), "--no-progress")  # the pool's head is gone: Ray of its own
-    assert "local warm pool" not in resumed.stdout and state.address not in resumed.stdout + resumed.stderr
-    privsilo("run", str(scenario), "--no-progress", "--out", str(tmp_path / "whole"))
-    assert (metrics_without_wall_times(interrupted / "metrics.csv")
-            == metrics_without_wall_times(tmp_path / "whole" / "metrics.csv"))
-    whole, model = torch.load(tmp_path / "whole" / "model.pt"), torch.load(interrupted / "model.pt")
-    assert whole.keys() == model.keys() and all(torch.equal(whole[k], model[k]) for k in whole)
-
     # the owner, running another copy of privsilo (edited): the pool's workers would run the pool's code, so the
     # command neither joins the pool nor hands itself to the pool's ready driver
     copy = tmp_path / "copy"
@@ -310,6 +283,33 @@ def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_un
     assert other_code.stdout.splitlines()[0] == (f"privsilo: the local pool runs privsilo from {REPO}, this command "
                                                  f"from {copy}; it starts Ray of its own")
     assert privsilo("pool", "status").stdout.splitlines()[1:] == status[1:]  # still no actor in the pool
+
+
+@pytest.mark.timeout(1800)
+def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_uninterrupted_runs_results(state_dir, tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="outlives", checkpoint={"every": 1}, federation={
+        "rounds": 40, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
+    state, _ = started_pool("--idle-timeout", "600")
+    interrupted = tmp_path / "interrupted"
+    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+                               str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (interrupted / "checkpoint.pkl").exists():
+        assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
+        time.sleep(0.1)
+    caller.send_signal(signal.SIGINT)
+    out, err = caller.communicate(timeout=600)
+    assert caller.returncode == 130 and f"Ray head at {state.address}" in out, out[-2000:] + err[-3000:]
+    privsilo("pool", "stop")
+
+    resumed = privsilo("resume", str(interrupted), "--no-progress")  # the pool's head is gone: Ray of its own
+    assert "local warm pool" not in resumed.stdout and state.address not in resumed.stdout + resumed.stderr
+    privsilo("run", str(scenario), "--no-progress", "--out", str(tmp_path / "whole"))
+    assert (metrics_without_wall_times(interrupted / "metrics.csv")
+            == metrics_without_wall_times(tmp_path / "whole" / "metrics.csv"))
+    whole, model = torch.load(tmp_path / "whole" / "model.pt"), torch.load(interrupted / "model.pt")
+    assert whole.keys() == model.keys() and all(torch.equal(whole[k], model[k]) for k in whole)
 
 
 def malformed_messages(seed: int, count: int) -> Iterator[tuple[bytes, bool]]:
@@ -392,3 +392,64 @@ def test_the_ready_driver_survives_any_bytes_and_slow_senders_and_honours_the_ca
     written = [tmp_path / "private", *(tmp_path / "private").rglob("*")]
     modes = {p.relative_to(tmp_path).as_posix(): oct(stat.S_IMODE(p.stat().st_mode)) for p in written}
     assert all(mode == ("0o700" if p.is_dir() else "0o600") for p, mode in zip(written, modes.values())), modes
+
+
+@pytest.mark.timeout(1800)
+def test_a_killed_ready_driver_or_supervisor_ends_the_command_with_one_line_naming_the_resume_command(state_dir, tmp_path):
+    state, _ = started_pool("--idle-timeout", "600")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="lost", checkpoint={"every": 1}, federation={
+        "rounds": 400, "client_rate": 1.0, "local_steps": 20, "batch_size": 32, "lr": 0.1})))
+
+    def killed_midway(name: str, victim) -> tuple[list[str], float]:
+        """Start a run in the pool's ready driver, SIGKILL ``victim()``'s pid once it checkpointed: the caller's
+        stderr lines and the seconds from the kill to the caller's exit."""
+        ready_driver()
+        out = tmp_path / name
+        caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
+                                   "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while not (out / "checkpoint.pkl").exists():
+            assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
+            time.sleep(0.1)
+        os.kill(victim(), signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = caller.communicate(timeout=600)
+        assert caller.returncode == 1 and "Traceback" not in err, err[-3000:]
+        return err.splitlines(), time.monotonic() - killed
+
+    resume = f"no results were written; continue from the last checkpoint with: privsilo resume {tmp_path / '{}'}"
+    driver = ready_driver()
+    err, seconds = killed_midway("driver", lambda: driver)
+    assert err == [f"privsilo: error: the local pool's ready driver (pid {driver}) that ran this command ended without "
+                   f"an exit status (log: {state_dir / 'local-pool.log'}); {resume.format('driver')}"]
+    print(f"a killed ready driver: the caller exited {seconds:.1f} s after")
+    err, seconds = killed_midway("supervisor", lambda: state.pid)
+    assert err == [f"privsilo: error: the local pool stopped while this command ran (its supervisor, pid {state.pid}, "
+                   f"is gone); {resume.format('supervisor')}"]  # and none of Ray's complaints of a minute of retries
+    print(f"a killed supervisor: the caller exited {seconds:.1f} s after")
+
+
+@pytest.mark.timeout(1800)
+def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(state_dir, tmp_path):
+    started_pool("--idle-timeout", "600", "--num-cpus", "2")
+    runs = {}
+    for name, cpus, rounds in (("a", 0.6, 15), ("b", 0.5, 3), ("c", 0.4, 3)):
+        scenario = tmp_path / f"{name}.yaml"
+        scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 0.5}, "silo": {
+            "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
+                                                           "batch_size": 32, "lr": 0.1})))
+        runs[name] = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
+                                       "--out", str(tmp_path / name)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=REPO)
+        if name == "a":  # the others start while it runs
+            deadline = time.monotonic() + GONE_WITHIN_S
+            while not (tmp_path / "a" / "checkpoint.pkl").exists():
+                assert time.monotonic() < deadline and runs["a"].poll() is None, "run a did not start its rounds"
+                time.sleep(0.2)
+    outputs = {name: run.communicate(timeout=1200) for name, run in runs.items()}
+    for name, run in runs.items():
+        assert run.returncode == 0, outputs[name][0][-2000:] + outputs[name][1][-3000:]
+        assert (tmp_path / name / "summary.json").exists()
+    waited = [line for _, err in outputs.values() for line in err.splitlines() if line.startswith("privsilo: waiting")]
+    assert waited and all(" held by the run of pid " in line for line in waited), outputs
