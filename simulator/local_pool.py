@@ -290,6 +290,8 @@ def exit_when_stopped(state: PoolState, farewell: Callable[[str], None]) -> None
     def watch() -> None:
         while state.supervisor_alive():
             time.sleep(WATCH_EVERY_S)
+        if not threading.main_thread().is_alive():
+            return  # the command is over: this process is exiting anyway
         farewell(f"the local pool stopped while this command ran (its supervisor, pid {state.pid}, is gone)")
         sys.stdout.flush()
         sys.stderr.flush()

@@ -5,7 +5,9 @@ without ``--address``) skips the seconds its own interpreter would spend importi
 The pool's supervisor (:mod:`simulator.local_pool`) keeps one ready driver. The driver runs its caller's command
 (:mod:`simulator.driver_protocol` says how it gets it) exactly as the caller's own process would
 (:func:`simulator.cli.execute`), reading and writing the caller's terminal, and exits; the supervisor starts the
-next driver. A caller that vanishes interrupts the command, as Ctrl-C would.
+next driver. A caller that vanishes interrupts the command, as Ctrl-C would; a connection that brings no valid
+request within :data:`~simulator.driver_protocol.REQUEST_TIMEOUT_S` (any bytes, any size) costs one line in the
+pool's log, and the driver waits for the next caller.
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 the background that ``privsilo run`` uses without ``--address`` (with the results of a cold run), ``pool stop``
 ends every process it started, an idle pool stops by itself, and a pool whose head died is reported, not waited on.
 The pool's ready driver (simulator.ready_driver) runs a command for its caller: with the caller's streams, exit
-status and Ctrl-C, and only for a caller that would run the same code.
+status and Ctrl-C, and only for a caller that would run the same code; it survives any bytes on its socket. Only
+the owner can join the pool (a real second Unix user cannot), a run interrupted on it resumes once it is gone,
+concurrent runs of different shapes all finish, and a killed driver or supervisor ends the command with one line.
 
 Every test has a state directory of its own (``PRIVSILO_STATE_DIR``), so it never sees another pool."""
 from __future__ import annotations
