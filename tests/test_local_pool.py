@@ -397,15 +397,15 @@ def test_the_ready_driver_survives_any_bytes_and_slow_senders_and_honours_the_ca
 
 
 @pytest.mark.timeout(1800)
-def test_a_killed_ready_driver_or_supervisor_ends_the_command_with_one_line_naming_the_resume_command(state_dir, tmp_path):
+def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_line_naming_the_resume_command(state_dir, tmp_path):
     state, _ = started_pool("--idle-timeout", "600")
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(name="lost", checkpoint={"every": 1}, federation={
         "rounds": 400, "client_rate": 1.0, "local_steps": 20, "batch_size": 32, "lr": 0.1})))
 
-    def killed_midway(name: str, victim) -> tuple[list[str], float]:
-        """Start a run in the pool's ready driver, SIGKILL ``victim()``'s pid once it checkpointed: the caller's
-        stderr lines and the seconds from the kill to the caller's exit."""
+    def killed_midway(name: str, victim) -> tuple[int, list[str], float]:
+        """Start a run in the pool's ready driver, SIGKILL ``victim(caller)`` once the run checkpointed: the
+        caller's exit status, its stderr lines (all the driver wrote there) and the seconds from the kill to then."""
         ready_driver()
         out = tmp_path / name
         caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
@@ -414,21 +414,23 @@ def test_a_killed_ready_driver_or_supervisor_ends_the_command_with_one_line_nami
         while not (out / "checkpoint.pkl").exists():
             assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
             time.sleep(0.1)
-        os.kill(victim(), signal.SIGKILL)
+        os.kill(victim(caller), signal.SIGKILL)
         killed = time.monotonic()
-        _, err = caller.communicate(timeout=600)
-        assert caller.returncode == 1 and "Traceback" not in err, err[-3000:]
-        return err.splitlines(), time.monotonic() - killed
+        _, err = caller.communicate(timeout=600)  # until the driver too let go of the caller's stderr
+        assert "Traceback" not in err, err[-3000:]
+        return caller.returncode, err.splitlines(), time.monotonic() - killed
 
     resume = f"no results were written; continue from the last checkpoint with: privsilo resume {tmp_path / '{}'}"
     driver = ready_driver()
-    err, seconds = killed_midway("driver", lambda: driver)
-    assert err == [f"privsilo: error: the local pool's ready driver (pid {driver}) that ran this command ended without "
-                   f"an exit status (log: {state_dir / 'local-pool.log'}); {resume.format('driver')}"]
+    code, err, seconds = killed_midway("driver", lambda _: driver)
+    assert code == 1 and err == [f"privsilo: error: the local pool's ready driver (pid {driver}) that ran this command "
+                                 f"ended without an exit status (log: {state_dir / 'local-pool.log'}); {resume.format('driver')}"]
     print(f"a killed ready driver: the caller exited {seconds:.1f} s after")
-    err, seconds = killed_midway("supervisor", lambda: state.pid)
-    assert err == [f"privsilo: error: the local pool stopped while this command ran (its supervisor, pid {state.pid}, "
-                   f"is gone); {resume.format('supervisor')}"]  # and none of Ray's complaints of a minute of retries
+    code, err, _ = killed_midway("caller", lambda caller: caller.pid)  # the driver interrupts the run, as Ctrl-C would
+    assert code == -signal.SIGKILL and err == [f"privsilo: interrupted; {resume.format('caller')}"]
+    code, err, seconds = killed_midway("supervisor", lambda _: state.pid)
+    assert code == 1 and err == [f"privsilo: error: the local pool stopped while this command ran (its supervisor, pid "
+                                 f"{state.pid}, is gone); {resume.format('supervisor')}"]  # none of Ray's complaints
     print(f"a killed supervisor: the caller exited {seconds:.1f} s after")
 
 
