@@ -168,7 +168,8 @@ def delegate(argv: list[str], *, state_dir: Path, after_lost_driver: Callable[[]
     return _wait_for_exit(connection, driver=reply["pid"], after_lost_driver=after_lost_driver, state_dir=state_dir)
 
 
-def _wait_for_exit(connection: socket.socket, *, driver: int, after_lost_driver: Callable[[], str], state_dir: Path) -> int:
+def _wait_for_exit(connection: socket.socket, *, driver: int, after_lost_driver: Callable[[], str],
+                   state_dir: Path) -> int:
     """The driver's exit status for the command, passing on the signals this process receives meanwhile."""
     forwarded: list[int] = []
 
