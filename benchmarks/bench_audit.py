@@ -85,9 +85,9 @@ def one_setting(name: str, repeats: int, *, plain_runs: bool = True) -> dict[str
         "canary direction": summary["canary_direction"],
         "score": summary["score_kind"],
         "lower bound": summary["empirical_epsilon_lower_bound"],
-        "GDP bound (epsilon, mu)": (summary["gdp_epsilon_lower_bound"], summary["gdp_mu_lower_bound"]),
+        "GDP bound (mu, mu*)": (summary["gdp_mu_lower_bound"], summary["gdp_mu_star"]),
         "bound / claim": _ratio(summary["empirical_epsilon_lower_bound"], claim),
-        "GDP bound / claim": _ratio(summary["gdp_epsilon_lower_bound"], claim),
+        "GDP mu / mu*": summary["gdp_mu_over_mu_star"],
         "signal to noise": summary["signal_to_noise"],
         "ceiling": summary["ceiling"],
         "testable": summary["testable"],
@@ -106,8 +106,8 @@ def _ratio(bound: float | None, claim: float | None) -> float | None:
     return None if bound is None or not claim else bound / claim
 
 
-TABLE_HEADER = ("| setting | canaries (direction) | view | claim (PLD where given) | ceiling | counting bound | Gaussian-DP bound | "
-                "bound / claim (counting, Gaussian-DP) | signal to noise | audit seconds |\n|---|---|---|---|---|---|---|---|---|---|")
+TABLE_HEADER = ("| setting | canaries (direction) | view | claim (PLD where given) | ceiling | counting bound | Gaussian-DP bound: mu "
+                "(mu*) | counting / claim, mu / mu* | signal to noise | audit seconds |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(row: dict[str, object]) -> str:
@@ -116,11 +116,11 @@ def table_row(row: dict[str, object]) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     claim = row["claimed (PLD)"] if row["claimed (PLD)"] is not None else row["claimed (RDP)"]
-    gdp_epsilon, gdp_mu = row["GDP bound (epsilon, mu)"]
+    gdp_mu, mu_star = row["GDP bound (mu, mu*)"]
     scored = "" if row["score"] == "sum" else f", {row['score']} score"
     return (f"| {row['setting']} | {row['canaries']:,} ({row['canary direction']}{scored}) | {row['view']} | {figure(claim)} | "
-            f"{figure(row['ceiling'])} | {figure(row['lower bound'])} | {figure(gdp_epsilon)} (mu {figure(gdp_mu)}) | "
-            f"{figure(row['bound / claim'])}, {figure(row['GDP bound / claim'])} | {figure(row['signal to noise'])} | "
+            f"{figure(row['ceiling'])} | {figure(row['lower bound'])} | {figure(gdp_mu)} ({figure(mu_star)}) | "
+            f"{figure(row['bound / claim'])}, {figure(row['GDP mu / mu*'])} | {figure(row['signal to noise'])} | "
             f"{row['audit seconds']:.0f} |")
 
 

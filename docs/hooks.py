@@ -1,13 +1,18 @@
-"""MkDocs hook: fills the scenario reference page from the pydantic models at build time
-(:func:`simulator.scenario_reference.scenario_reference_markdown`), so it cannot drift from the code."""
+"""MkDocs hook: the build fails while the scenario reference in ``docs/reference/scenario.md`` differs from the
+one generated from the pydantic models (:func:`simulator.scenario_reference.updated_page`), so the page, readable
+without a build, cannot drift from the code."""
 from __future__ import annotations
 
-MARKER = "<!-- scenario-reference -->"
+from mkdocs.exceptions import PluginError
+
+PAGE = "reference/scenario.md"
 
 
 def on_page_markdown(markdown: str, *, page, config, files) -> str:  # noqa: ARG001 (MkDocs' hook signature)
-    if MARKER not in markdown:
+    if page.file.src_uri != PAGE:
         return markdown
-    from simulator.scenario_reference import scenario_reference_markdown
+    from simulator.scenario_reference import updated_page
 
-    return markdown.replace(MARKER, scenario_reference_markdown())
+    if updated_page(markdown) != markdown:
+        raise PluginError(f"docs/{PAGE} is out of date: run `python -m simulator.scenario_reference` to regenerate it")
+    return markdown

@@ -51,7 +51,8 @@ class MechanismParams(BaseModel):
     """YAML parameters of a mechanism (the keys of the ``mechanism`` block besides ``name``); the docstring under
     each field is its description in the scenario reference."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True,
+                              allow_inf_nan=False)  # inf and nan are never a setting
 
     def clips_record_gradients(self) -> bool:
         """True where silos clip each record's gradient (DP-SGD): the model must allow per-record gradients."""

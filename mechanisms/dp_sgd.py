@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from mechanisms.base import (
     GlobalState,
@@ -61,6 +61,16 @@ class DpSgdParams(MechanismParams):
     """Poisson rate q of every silo's local steps, public and the same for all silos; the noisy sum is divided by `federation.batch_size` (set it near q times a typical silo's records), so no step depends on a record count. `null`: q = batch_size / records (Abadi et al.; treats record counts as public)."""
     accountant: Literal["rdp", "pld"] = "rdp"
     """`rdp` (Renyi DP, Mironov et al. 2019) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`)."""
+
+    @field_validator("accountant")
+    @classmethod
+    def _pld_has_a_smallest_delta(cls, value: str, info: ValidationInfo) -> str:
+        """PLD's float64 composition is not trusted below ``mechanisms.pld.SMALLEST_DELTA``."""
+        if value == "pld" and "delta" in info.data:
+            from mechanisms.pld import check_pld_delta
+
+            check_pld_delta(info.data["delta"])
+        return value
 
     def clips_record_gradients(self) -> bool:
         return True

@@ -26,8 +26,11 @@ small delta: 10,000 steps at sigma 8 read 156.824 at delta 1e-10 where the exact
 1e-12 where it is 165.26 (the composition's numerical error, of the order of 1e-13 in delta, is no longer small
 against delta). For ``q < 1`` the grid stays, five times finer below
 :data:`SMALL_DELTA`, and its epsilon is read at :data:`DELTA_SAFETY` times delta, a margin against such errors.
-This is checked, not proved: ``tests/test_pld_accounting.py`` compares it at delta 1e-8 to 1e-12 with
-dp_accounting's pessimistic estimate on a grid of 1e-5, and the grid itself with the exact q = 1 values.
+Below :data:`SMALLEST_DELTA` that margin no longer holds (float64 FFT composition moved 1,000 steps at q 0.1, sigma
+0.8 to 60.420 at delta 1e-12, where the true figure is at least 60.4396), so a subsampled schedule is refused
+there (:func:`check_pld_delta`; RDP is the alternative). At and above it this is checked, not proved:
+``tests/test_pld_accounting.py`` compares it at delta 1e-8 and 1e-10 with dp_accounting's pessimistic estimate on
+a grid of 1e-5, and the grid itself with the exact q = 1 values.
 
 The neighbouring relation is add/remove one unit (a record for ``dp_sgd``, a user for ``uldp``): dp_accounting
 keeps both directions' distributions and reports the worse. One step's PLD is built once per ``(q, sigma)``
@@ -41,6 +44,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
@@ -62,6 +66,11 @@ DELTA_SAFETY = 0.99
 """The grid's epsilon is read at this fraction of the target delta (a 1 % margin in delta): a PLD's rounding errors
 in delta are about 1e-13 absolute (after 10,000 self-compositions), far below 1 % of any delta >= 1e-10; the cost is
 a larger epsilon by ``0.01 / (d delta / d epsilon)``, below 0.1 % of the figure at delta 1e-5."""
+
+SMALLEST_DELTA = 1e-10
+"""The smallest delta at which a subsampled schedule's PLD epsilon is given: below it float64 FFT composition errs by
+more than the :data:`DELTA_SAFETY` margin (at 1e-12, 1,000 steps: -0.02 to -0.17 in epsilon against rigorous and
+long-double references), and :func:`pld_epsilon` refuses rather than print an epsilon below the truth."""
 
 GAUSSIAN_EPSILON_TOLERANCE = 1e-12
 """Relative tolerance of :func:`gaussian_epsilon`'s root (the bracket's upper end is returned)."""
@@ -93,33 +102,60 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
 
     Each entry is ``steps`` self-compositions of one step's PLD; entries compose by convolution, and the epsilon is
     read at ``DELTA_SAFETY * delta`` (on the fine grid below ``SMALL_DELTA``). Where every entry has rate 1 it is the exact Gaussian composition instead
-    (:func:`gaussian_epsilon`). Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
-    gives inf (no guarantee).
+    (:func:`gaussian_epsilon`), at any delta. Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
+    gives inf (no guarantee). A subsampled schedule below :data:`SMALLEST_DELTA` raises ValueError (:func:`check_pld_delta`).
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
-    active = [(float(rate), float(sigma), int(steps)) for rate, sigma, steps in schedule if steps and rate]
+    active = active_entries(schedule)
     if any(sigma == 0.0 for _, sigma, _ in active):
         return math.inf
     if active and all(rate == 1.0 for rate, _, _ in active):  # one Gaussian mechanism: exact, no grid
-        return gaussian_epsilon(math.sqrt(sum(steps / sigma**2 for _, sigma, steps in active)), delta)
+        return gaussian_epsilon(gaussian_mu(active), delta)
+    check_pld_delta(delta)
     interval = VALUE_DISCRETIZATION_INTERVAL if delta >= SMALL_DELTA else FINE_VALUE_DISCRETIZATION_INTERVAL
+    if not active:
+        return 0.0
+    return float(composed_pld(active, interval).get_epsilon_for_delta(DELTA_SAFETY * delta))
+
+
+def active_entries(schedule: Schedule) -> Schedule:
+    """The entries of ``schedule`` that release something (a step at a rate above 0), as floats and ints."""
+    return tuple((float(rate), float(sigma), int(steps)) for rate, sigma, steps in schedule if steps and rate)
+
+
+def gaussian_mu(schedule: Schedule) -> float:
+    """``mu = sqrt(sum steps / sigma^2)`` of entries at rate 1: one Gaussian mechanism (Dong, Roth and Su, Cor. 3.3)."""
+    return math.sqrt(sum(steps / sigma**2 for _, sigma, steps in schedule))
+
+
+def composed_pld(active: Schedule, interval: float = VALUE_DISCRETIZATION_INTERVAL) -> Any:
+    """The PLD of the (non-empty, noisy) ``active`` entries composed: each one step's PLD self-composed ``steps``
+    times, the entries convolved."""
     composed = None
     for rate, sigma, steps in active:
         entry = _one_step(rate, sigma, interval).self_compose(steps)
         composed = entry if composed is None else composed.compose(entry)
-    if composed is None:
-        return 0.0
-    return float(composed.get_epsilon_for_delta(DELTA_SAFETY * delta))
+    return composed
 
 
-def gaussian_delta(epsilon: float, mu: float) -> float:
+def check_pld_delta(delta: float) -> None:
+    """Raise ValueError, one line naming RDP, where ``delta`` is below :data:`SMALLEST_DELTA` (the scenario's
+    ``mechanism.delta`` with ``accountant: pld`` is refused by the same test)."""
+    if delta < SMALLEST_DELTA:
+        raise ValueError(f"the PLD accountant is not given at delta {delta:g}, below {SMALLEST_DELTA:g} (float64 "
+                         f"composition errs by more than its margin there); allowed: rdp, or pld with delta >= {SMALLEST_DELTA:g}")
+
+
+def gaussian_delta(epsilon: Any, mu: float) -> Any:
     """The exact ``delta(epsilon)`` of the ``mu``-Gaussian mechanism (Balle and Wang 2018, Thm. 8),
     ``Phi(a) - e^eps Phi(b)`` with ``a = -eps / mu + mu / 2``, ``b = a - mu``, written
-    ``Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a)))`` so that neither term under- or overflows."""
-    a = -epsilon / mu + mu / 2.0
-    log_phi_a = float(log_ndtr(a))
-    return math.exp(log_phi_a) * -math.expm1(epsilon + float(log_ndtr(a - mu)) - log_phi_a)
+    ``Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a)))`` so that neither term under- or overflows; ``epsilon`` a
+    number (a float is returned) or a NumPy array (elementwise)."""
+    a = -np.asarray(epsilon, dtype=np.float64) / mu + mu / 2.0
+    log_phi_a = log_ndtr(a)
+    delta = np.exp(log_phi_a) * -np.expm1(epsilon + log_ndtr(a - mu) - log_phi_a)
+    return float(delta) if np.ndim(delta) == 0 else delta
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:

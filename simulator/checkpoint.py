@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from simulator.errors import PrivsiloError, ScenarioError
+from simulator.file_faults import writing
 from simulator.invocation import privsilo_version
 from simulator.processes import process_alive
 
@@ -44,24 +45,25 @@ def write_checkpoint(directory: Path, state: Mapping[str, Any], *, scenario: Map
     scenario, privsilo's version, the payload's length and SHA-256 (checked before anything is unpickled) and
     ``resume_with``: what resuming needs besides the scenario (``overrides``, ``log`` and the settings as given, ``scenario``; see :func:`read_header`)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(directory, CHECKPOINT_FILE)
     payload = pickle.dumps(dict(state), protocol=pickle.HIGHEST_PROTOCOL)
     header = {"version": privsilo_version(), "scenario": dict(scenario), "bytes": len(payload),
               "sha256": hashlib.sha256(payload).hexdigest(), "resume_with": dict(resume_with or {})}
     final = checkpoint_path(directory)
     partial = _partial(directory, CHECKPOINT_FILE, os.getpid())
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, final)
-    directory_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
+    with writing(final, partial=partial):  # a failed write leaves the last good checkpoint and no partial file
+        directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(directory, CHECKPOINT_FILE)
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, final)
+        directory_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
 
 
 def _partial(directory: Path, name: str, pid: int) -> Path:

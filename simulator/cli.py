@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
 from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
-from simulator.output_dirs import RUNS_ROOT, check_out_directory, new_directory, refuse_finished, removed_if_unused
+from simulator.output_dirs import RUNS_ROOT, check_out_directory, claim, new_directory, removed_if_unused
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -68,12 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", help="merge the runs of several sweep output directories into one table")
     merge.add_argument("sweeps", type=Path, nargs="+", help="sweep output directories (each with a runs.csv)")
     merge.add_argument("--out", type=Path, required=True, help="output directory for the merged runs, table and plot")
+    merge.add_argument("--overwrite", action="store_true", help="replace a finished result in --out (refused without this)")
 
     validate = commands.add_parser("validate", help="check a scenario or grid file (and that its data is here) without running it")
     validate.add_argument("scenario", type=Path)
     _add_overrides(validate, help=None)
 
-    commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols")
+    listing = commands.add_parser("list", help="list mechanisms, datasets, models, partitions and protocols; or, given a "
+                                  "KEY-PREFIX, the scenario keys under it")
+    listing.add_argument("prefix", nargs="?", metavar="KEY-PREFIX", help="a block (federation, data.users), a key, or "
+                         "mechanism.NAME: print its keys with their types, defaults and descriptions")
 
     pool = commands.add_parser("pool", help="start a local warm pool of actors, or show or stop a pool (runs lease from it)")
     pool_commands = pool.add_subparsers(dest="pool_command", required=True)
@@ -135,12 +139,11 @@ def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | N
 
 
 @contextmanager
-def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file: str) -> Iterator[Path]:
-    """``--out``, refused if it holds ``finished_file`` (without ``--overwrite``), or a new
-    ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
+def _output_dir(args: argparse.Namespace, *, default_parent: Path, kind: str) -> Iterator[Path]:
+    """``--out``, refused if privsilo may not write ``kind`` of output there (:func:`simulator.output_dirs.claim`),
+    or a new ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
     if args.out is not None:
-        check_out_directory(args.out)
-        refuse_finished(args.out, finished_file, overwrite=args.overwrite)
+        claim(args.out, kind=kind, overwrite=args.overwrite)
         yield args.out
         return
     with removed_if_unused(new_directory(default_parent)) as out:
@@ -150,10 +153,11 @@ def _output_dir(args: argparse.Namespace, *, default_parent: Path, finished_file
 @contextmanager
 def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[Path]:
     """``privsilo run``'s output directory, locked for the run (:mod:`simulator.run_lock`): ``--out``, refused
-    if it holds a finished run (without ``--overwrite``) or an interrupted one (without ``--overwrite``; resume
-    it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if the run fails before writing."""
+    where privsilo may not write a run (:func:`simulator.output_dirs.claim`) or it holds an interrupted one
+    (without ``--overwrite``; resume it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if
+    the run fails before writing."""
     from simulator.checkpoint import checkpoint_path, has_checkpoint
-    from simulator.run_directory import FINISHED_FILE, settle
+    from simulator.run_directory import settle
     from simulator.run_lock import locked
 
     if args.out is None:
@@ -163,7 +167,7 @@ def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[
         return
     with locked(args.out):
         settle(args.out)
-        refuse_finished(args.out, FINISHED_FILE, overwrite=args.overwrite)
+        claim(args.out, kind="run", overwrite=args.overwrite)
         if not args.overwrite and has_checkpoint(args.out):
             raise ScenarioError("--out", str(args.out), f"holds an interrupted run ({checkpoint_path(args.out).name}); continue it with "
                                 f"{_resume_command(args.out)} or pass --overwrite to start again")
@@ -201,7 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    check_out_directory(args.directory, field="resume")
+    check_out_directory(args.directory, field="resume", names="the output directory of an interrupted run")
     return _resume(args, directory=args.directory, scenario_file=None)
 
 
@@ -255,7 +259,7 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     from simulator.attacks.runner import attack
 
     address = _ray_address(args, configured=scenario.ray.address)
-    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", finished_file="attack.json") as out:
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", kind="attack") as out:
         report = attack(scenario, out_dir=out, address=address, progress=not args.no_progress)
     print(report.headline())
     print(f"results written to {out}")
@@ -270,7 +274,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from simulator.invocation import invocation
 
     address = _ray_address(args, configured=scenario.ray.address)
-    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", finished_file="audit.json") as out:
+    with _output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", kind="audit") as out:
         report = audit(scenario, out_dir=out, address=address, progress=not args.no_progress,
                        invocation=invocation(args.argv, args.overrides))
     print(report.headline())
@@ -284,8 +288,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     check_trackers(args.log)
     if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
-        check_out_directory(args.out)
-        refuse_finished(args.out, "runs.csv", overwrite=args.overwrite)
+        claim(args.out, kind="sweep", overwrite=args.overwrite)
     seeds = _seed_option(args.seeds)
     configured = (load_grid(args.grid, overrides=args.overrides).base.get("ray") or {}).get("address")  # bad input fails here
     result = sweep(args.grid, out_dir=args.out, seeds=seeds, overrides=args.overrides, only=args.only,
@@ -309,7 +312,7 @@ def _seed_option(text: str | None) -> int | list[int] | None:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from simulator.experiments.merge import merge_sweeps
 
-    check_out_directory(args.out)
+    claim(args.out, kind="merge", overwrite=args.overwrite)
     _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)
     print(f"merged {len(runs)} runs of {len(args.sweeps)} sweeps ({len(table)} combinations)")
     print((args.out / "table.md").read_text(), end="")
@@ -343,7 +346,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_list(_: argparse.Namespace) -> int:
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.prefix is not None:
+        from simulator.scenario_reference import keys_text
+
+        print(keys_text(args.prefix))
+        return 0
     from mechanisms.registry import MECHANISM_NAMES
     from mechanisms.server_optimizers import SERVER_OPTIMIZERS
     from simulator.data import DATASETS
@@ -477,14 +485,27 @@ def execute(argv: Sequence[str]) -> int:
 
 def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     args.argv = ["privsilo", *argv]
+    from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault
+
     try:
         return COMMANDS[args.command](args)
+    except OSError as exc:  # a write not named by its writer (file_faults.writing): one line all the same
+        if exc.errno not in FILE_SYSTEM_ERRNOS:
+            raise
+        return _error(args, FileSystemFault(exc.filename or "a file", exc, action="write or read"))
     except PrivsiloError as exc:
-        print(f"privsilo: error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _error(args, exc)
     except KeyboardInterrupt:
         print(f"privsilo: interrupted; {_after_interrupt(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _error(args: argparse.Namespace, exc: PrivsiloError) -> int:
+    """Print ``exc`` on one line and return its exit status: 2 (bad input), or its own (a write the file
+    system refused: with what the run left and the command that resumes it)."""
+    code = getattr(exc, "exit_code", EXIT_USER_ERROR)
+    print(f"privsilo: error: {exc}" + ("" if code == EXIT_USER_ERROR else f"; {_after_interrupt(args)}"), file=sys.stderr)
+    return code
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:

@@ -34,6 +34,7 @@ from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
+from simulator.output_dirs import check_replaceable
 from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.run_directory import clear, settle
 from simulator.run_lock import locked
@@ -103,6 +104,8 @@ def run(
             held.enter_context(locked(directory))
         if out_dir is not None:
             settle(Path(out_dir))
+            if not resume:  # before any work: a fresh run empties it (LiveOutput.open)
+                check_replaceable(Path(out_dir))
         result = _run(scenario, progress=progress, checkpoint_dir=None if checkpoints is None else Path(checkpoints),
                       resume=resume, import_reports=out_dir is not None, canaries=canaries, on_round=on_round, output=output)
         if out_dir is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import ctypes
+import io
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mechanisms.registry import mechanism_class  # noqa: E402
+from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault, writing  # noqa: E402
 from simulator.processes import process_alive  # noqa: E402
 
 if TYPE_CHECKING:
@@ -37,31 +39,52 @@ METRICS_COLUMNS = (
 
 
 @contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a staging directory that replaces ``target`` only if the block finishes without error.
+def atomic_directory(target: Path, *, kind: str) -> Iterator[Path]:
+    """Yield a staging directory that replaces ``target`` with privsilo's ``kind`` of output (marked as such:
+    :func:`simulator.output_dirs.write_marker`) only if the block finishes without error, and only where
+    ``target`` holds nothing privsilo did not write (else ``ScenarioError``, before the block runs).
 
     An existing ``target`` is swapped with the staging directory in one ``renameat2(RENAME_EXCHANGE)`` where the
     system has it (else in two renames), so ``target`` never vanishes. Staging directories carry the writer's
     pid; those of writers no longer alive are removed when the next one starts beside them. The directory gets
     the umask's permissions, like any other output."""
+    from simulator.output_dirs import check_out_directory, check_replaceable, write_marker
+
+    check_out_directory(target.expanduser())
     target = target.expanduser().resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target)
-    staging = _new_staging(target)
+    check_replaceable(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target)
+        staging = _new_staging(target)
+    except OSError as error:
+        if error.errno not in FILE_SYSTEM_ERRNOS:
+            raise
+        raise FileSystemFault(target, error) from None
     try:
         yield staging
-    except BaseException:
+        write_marker(staging, kind)
+        check_replaceable(target)  # again: files may have been put there meanwhile
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in FILE_SYSTEM_ERRNOS:
+            raise FileSystemFault(target, error) from None
         raise
-    if not target.exists():
-        staging.rename(target)
-    elif _exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the old target
-    else:
-        previous = target.parent / f".{target.name}.previous-{os.getpid()}"
-        target.rename(previous)
-        staging.rename(target)
-        shutil.rmtree(previous, ignore_errors=True)
+    try:
+        if not target.exists():
+            staging.rename(target)
+        elif _exchange(staging, target):
+            shutil.rmtree(staging, ignore_errors=True)  # now holds the old target
+        else:
+            previous = target.parent / f".{target.name}.previous-{os.getpid()}"
+            target.rename(previous)
+            staging.rename(target)
+            shutil.rmtree(previous, ignore_errors=True)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if error.errno not in FILE_SYSTEM_ERRNOS:
+            raise
+        raise FileSystemFault(target, error) from None
 
 
 def _new_staging(target: Path) -> Path:
@@ -106,20 +129,30 @@ def write_run(result: RunResult, out_dir: Path, *, invocation: Mapping[str, Any]
 
 def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
     """Write a run's files into ``directory``, ``summary.json`` last and whole (it says the rest is there)."""
+    from simulator.output_dirs import write_marker
     from simulator.run_directory import FINISHED_FILE, kill_point, write_atomically
 
-    write_metrics_csv(result, directory / "metrics.csv")
+    with writing(directory / "metrics.csv"):
+        write_metrics_csv(result, directory / "metrics.csv")
     kill_point("finish:metrics")
-    plot_metrics(result, directory / "metrics.png")
+    with writing(directory / "metrics.png"):
+        plot_metrics(result, directory / "metrics.png")
     if any(record.epsilon is not None for record in result.rounds):  # no epsilon, no privacy plot
-        plot_privacy(result, directory / "privacy.png")
+        with writing(directory / "privacy.png"):
+            plot_privacy(result, directory / "privacy.png")
     scenario = result.scenario
-    mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
-    torch.save(dict(result.model_state), directory / "model.pt")
+    with writing(directory):  # the mechanism's own plots, named by it
+        mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
+    model = io.BytesIO()  # serialised first: a failed write is then an OSError, not torch's RuntimeError
+    torch.save(dict(result.model_state), model)
+    with writing(directory / "model.pt"):
+        (directory / "model.pt").write_bytes(model.getvalue())
     if result.personalisation is not None:
         from simulator.personalisation.outputs import write_personalisation
 
-        write_personalisation(result, directory)
+        with writing(directory):
+            write_personalisation(result, directory)
+    write_marker(directory, "run")  # lists every file above; summary.json is always privsilo's
     text = json.dumps(summary(result, invocation=invocation), indent=2, allow_nan=False) + "\n"
     write_atomically(directory / FINISHED_FILE, text)
 

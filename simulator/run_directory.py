@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from simulator.checkpoint import CHECKPOINT_FILE, checkpoint_path, remove_stale_partials
+from simulator.file_faults import writing
+from simulator.output_dirs import MARKER_FILE, check_replaceable, kind_of, write_marker
 from simulator.run_lock import LOCK_FILE
 
 FINISHED_FILE = "summary.json"
@@ -45,9 +47,10 @@ def is_finished(directory: Path) -> bool:
 
 def settle(directory: Path) -> None:
     """Complete a finishing interrupted after ``summary.json`` was written (remove the checkpoint), and remove
-    the temporary files of writers that were killed. Call it holding the directory's lock."""
+    the temporary files of writers that were killed. Call it holding the directory's lock. A directory that
+    privsilo did not write is left alone."""
     directory = Path(directory)
-    if not directory.is_dir():
+    if not directory.is_dir() or kind_of(directory) is None:
         return
     if (directory / FINISHED_FILE).is_file():
         _remove_checkpoint(directory)
@@ -56,15 +59,19 @@ def settle(directory: Path) -> None:
 
 
 def clear(directory: Path) -> None:
-    """Remove everything in ``directory`` but its lock file: a fresh run starts there (an earlier result or
-    interrupted run in it is discarded: ``--overwrite``)."""
-    for entry in Path(directory).iterdir():
-        if entry.name == LOCK_FILE:
+    """Remove everything in ``directory`` but its lock file and mark it as a run's: a fresh run starts there (an
+    earlier result or interrupted run in it is discarded: ``--overwrite``). Refused (``ScenarioError``) where
+    ``directory`` holds entries privsilo did not write (:func:`simulator.output_dirs.check_replaceable`)."""
+    directory = Path(directory)
+    check_replaceable(directory)
+    for entry in directory.iterdir():
+        if entry.name in (LOCK_FILE, MARKER_FILE):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+    write_marker(directory, "run")
 
 
 def finish(directory: Path, write_files: Callable[[Path], None]) -> None:
@@ -84,14 +91,15 @@ def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary name beside it, flushed to disk with every other file of
     the directory, then renamed over ``path`` and the directory flushed: ``path`` appears whole and last."""
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with partial.open("w") as handle:
-        handle.write(text)
-    for entry in path.parent.rglob("*"):
-        if entry.is_file() and not entry.is_symlink() and entry.name != LOCK_FILE:
-            _fsync(entry)
-    kill_point("finish:summary-partial")
-    os.replace(partial, path)
-    _fsync(path.parent)
+    with writing(path, partial=partial):
+        with partial.open("w") as handle:
+            handle.write(text)
+        for entry in path.parent.rglob("*"):
+            if entry.is_file() and not entry.is_symlink() and entry.name != LOCK_FILE:
+                _fsync(entry)
+        kill_point("finish:summary-partial")
+        os.replace(partial, path)
+        _fsync(path.parent)
 
 
 def _remove_checkpoint(directory: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from simulator.errors import ScenarioError
+from simulator.file_faults import writing
 
 LOCK_FILE = ".privsilo.lock"
 _held: dict[Path, int] = {}  # directories this process holds the lock of, and how many holds are open
@@ -39,7 +40,8 @@ def locked(directory: Path, *, field: str = "--out") -> Iterator[Path]:
             _held[directory] -= 1
         return
     created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
+    with writing(directory, remove=False):
+        directory.mkdir(parents=True, exist_ok=True)
     descriptor = _acquire(directory, field=field)
     _held[directory] = 1
     try:
@@ -57,7 +59,8 @@ def _acquire(directory: Path, *, field: str) -> int:
     """The descriptor of the locked lock file, with this process's pid written into it."""
     path = directory / LOCK_FILE
     while True:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        with writing(path, remove=False):  # never remove it: another process may hold it
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -11,7 +11,9 @@ never rename a key. This module loads neither torch nor Ray (``privsilo validate
 from __future__ import annotations
 
 import copy
+import math
 import typing
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 class _Block(BaseModel):
     """A block of the scenario; the docstring under each field is its description in the scenario reference."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True,
+                              allow_inf_nan=False)  # inf and nan are never a setting
 
 
 def _name_alone(data: Any) -> Any:
@@ -468,6 +471,31 @@ def _revalidated(scenario: Scenario, raw: Mapping[str, Any]) -> Scenario:
     return validate_scenario(raw, model=scenario.model.factory, dataset=scenario.data.source)
 
 
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping that gives one key twice (YAML forbids it; PyYAML would keep the last silently)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (naming the key and both lines)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in first:
+                lines = (first[key].start_mark.line + 1, key_node.start_mark.line + 1)
+                where = "" if lines[0] == lines[1] else f", on line {lines[0]} and on line {lines[1]}"
+                raise DuplicateKeyError(None, None, f"the key {key!r} is given twice{where}; keep one", key_node.start_mark)
+            if isinstance(key, Hashable):
+                first[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` parsed as YAML with PyYAML's safe loader, a repeated key refused (:class:`DuplicateKeyError`)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+
+
 def load_scenario_file(path: str | Path) -> dict[str, Any]:
     """Read a scenario (or sweep grid) file into a raw mapping, not yet validated.
 
@@ -485,7 +513,7 @@ def load_scenario_file(path: str | Path) -> dict[str, Any]:
         problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
         raise ScenarioFileError(path, problem, line=line, column=column) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         raise _yaml_file_error(path, text, exc) from None
     expected = "a YAML mapping of keys such as `name:` and `data:`"
@@ -533,7 +561,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
                 raise ScenarioError(".".join(parts[: i + 1]), child, "is not a block, so it has no sub-keys")
             node = child
         try:
-            node[parts[-1]] = yaml.safe_load(text) if text else None
+            node[parts[-1]] = load_yaml(text) if text else None
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
             raise ScenarioError("--set", item, f"the value must be YAML, as in a scenario file ({problem})") from None
@@ -882,7 +910,28 @@ def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tup
         return ScenarioError(field, err["input"], allowed)
     message = err["msg"]
     message = message[0].lower() + message[1:] if message else message
-    return ScenarioError(field, err["input"], message)
+    return ScenarioError(field, err["input"], message + _number_read_as_text(err["type"], err["input"]))
+
+
+def _number_read_as_text(error_type: str, value: Any) -> str:
+    """A hint where YAML read a number as text: PyYAML (YAML 1.1) reads ``1e3`` and ``1.5e3`` (no dot, or no
+    sign in the exponent) as strings."""
+    if error_type not in ("int_type", "int_parsing", "float_type", "float_parsing") or not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    if error_type.startswith("int"):
+        if not number.is_integer():
+            return ""
+        written = str(int(number))
+    else:
+        mantissa, e, exponent = repr(number).partition("e")
+        written = repr(number) if not e else f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+    return f" (YAML read {value} as text, not a number: write {written})"
 
 
 def _field_path(loc: Sequence[str | int]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from simulator.errors import ScenarioError
+from simulator.file_faults import writing
 
 if TYPE_CHECKING:
     from simulator.results import RoundRecord
@@ -49,12 +50,15 @@ class TensorBoardLog:
     def __init__(self, log_dir: Path, *, first_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=first_step)
+        self.log_dir = Path(log_dir)
+        with writing(self.log_dir):
+            self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=first_step)
 
     def write(self, step: int, record: RoundRecord) -> None:
-        for tag, value in record_scalars(record).items():
-            self.writer.add_scalar(tag, value, global_step=step)
-        self.writer.flush()
+        with writing(self.log_dir):  # TensorBoard's writer thread raises a failed write on the next call
+            for tag, value in record_scalars(record).items():
+                self.writer.add_scalar(tag, value, global_step=step)
+            self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()

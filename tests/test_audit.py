@@ -11,6 +11,8 @@ import torch
 from tests.conftest import REPO, small_scenario
 from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
 from mechanisms.per_sample import noisy_sgd_steps
+from mechanisms.gdp import schedule_mu
+from simulator.audit.bounds import epsilon_ceiling
 from simulator.audit.canaries import CanaryPlan
 from simulator.audit.runner import audit
 from simulator.cli import main
@@ -52,11 +54,13 @@ def test_input_canaries_are_appended_to_their_host_silos_records():
 def test_groups_too_small_to_bound_or_fit_report_none_instead_of_failing():
     from simulator.audit.runner import _group
 
-    one_included = _group(np.array([0.3, 0.1, 0.2]), np.array([True, False, False]), budget=None, claim=1.0, delta=1e-5, confidence=0.95)
+    one_included = _group(np.array([0.3, 0.1, 0.2]), np.array([True, False, False]), budget=None, claim=1.0, delta=1e-5, confidence=0.95,
+                          mu_star=None)
     assert one_included.bound is not None and one_included.estimate is None
     assert one_included.to_json()["estimate"] is None
-    single = _group(np.array([0.3]), np.array([True]), budget=5.0, claim=5.0, delta=1e-5, confidence=0.95)
+    single = _group(np.array([0.3]), np.array([True]), budget=5.0, claim=5.0, delta=1e-5, confidence=0.95, mu_star=1.0)
     assert single.bound is None and single.lower_bound == 0.0 and single.to_json()["empirical_epsilon_lower_bound"] == 0.0
+    assert single.to_json()["gdp"] is None and single.gdp_testable() is None
 
 
 def test_canary_plan_follows_the_audit_seed_and_scores_directions():
@@ -98,9 +102,15 @@ def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
     report = audit(REPO / "scenarios" / "audits" / "dp_sgd_digits.yaml", overrides=[f"mechanism.noise_multiplier={sigma}"])
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
     written = report.to_json()
-    assert written["view"] == "final_model" and written["ceiling"] == pytest.approx(3.9991, abs=1e-4)
+    included = written["details"]["included"]  # the ceiling is that of this run's inclusion count, below 4.00's m/2
+    assert written["view"] == "final_model" and written["ceiling"] == epsilon_ceiling(300, 1e-5, 0.95, included=included) <= 3.9992
     assert written["testable"] is False and "ceiling" in written["untestable_reason"]  # claims 14.2 and 105
-    assert 0.0 < written["gdp_epsilon_lower_bound"] <= written["gdp_ceiling"] and "Gaussian" in written["gdp_null"]
+    # the Gaussian-DP bound in mu, beside the mechanism's own mu* (3 silos x 3 rounds x 5 steps at q 0.5) and no epsilon
+    assert 0.0 <= written["gdp_mu_lower_bound"] <= written["gdp_ceiling_mu"] and "Gaussian" in written["gdp_null"]
+    assert written["gdp_mu_star"] == schedule_mu(((0.5, sigma, 15),))
+    assert written["gdp_mu_over_mu_star"] == written["gdp_mu_lower_bound"] / written["gdp_mu_star"] < 1.0
+    assert written["joint_confidence"] == pytest.approx(0.9) and "gdp_epsilon_lower_bound" not in written
+    assert "mu*" in report.headline() and "Gaussian-DP at epsilon" not in report.headline()
 
 
 def test_quiet_dirac_canary_records_reach_the_noise_s_own_signal_to_noise_in_the_uploads(ray_local):
@@ -131,6 +141,9 @@ def test_uldp_canary_users_bound_is_positive_and_below_the_claim(ray_local):
     assert report.unit == "user" and written["canary_direction"] == "quiet"
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
     assert 2.5 < written["signal_to_noise"] < 4.5
+    # every user in every round: one Gaussian mechanism, mu* = sqrt(3) / sigma exactly
+    assert written["gdp_mu_star"] == pytest.approx(3**0.5 / 0.5, rel=1e-12) and "user-level" in written["gdp_mu_star_basis"]
+    assert written["gdp_mu_lower_bound"] < written["gdp_mu_star"]
 
 
 def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_local):
@@ -142,6 +155,9 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
         assert group.lower_bound <= group.budget and group.confidence == pytest.approx(1 - 0.05 / 3)
     levels = report.to_json()["levels"]
     assert [level["claimed_epsilon"] for level in levels] == [0.5, 2.0, 8.0]
+    # each level's mu*: its planned rate in every local step of the host's rounds, growing with the budget
+    stars = [level["gdp"]["mu_star"] for level in levels]
+    assert 0.0 < stars[0] < stars[1] < stars[2] and all(level["gdp"]["mu_lower_bound"] < level["gdp"]["mu_star"] for level in levels)
 
 
 @pytest.mark.parametrize("audit_block, mechanism, field", [

@@ -12,6 +12,7 @@ from mechanisms.dprivacy.ifca import IfcaServer
 from mechanisms.dprivacy.params import DPrivacyParams
 from mechanisms.dprivacy.sanitize import sanitize_update
 from mechanisms.dprivacy.silo import DPrivacySilo
+from mechanisms.gdp import pure_dp_mu
 from mechanisms.pldp.mechanism import Pldp
 from mechanisms.pldp.params import PldpParams
 from mechanisms.pldp.sampler import pdpm_outputs
@@ -113,6 +114,7 @@ def test_pldp_audit_beats_the_per_coordinate_figure_and_respects_the_per_client_
     assert claims["claimed_epsilon_per_client"] == 3 * d * 1.0  # 3 uploads of d coordinates at eps 1.0
     assert claims["claimed_epsilon_per_coordinate"] < report.lower_bound <= claims["claimed_epsilon_per_client"]
     assert claims["unit"] == "client"
+    assert claims["gdp_mu_star"] == pure_dp_mu(claims["claimed_epsilon_per_client"]) > claims["gdp_mu_lower_bound"]
     # the accountant saw the real clients only: the same report as the run without canaries
     plain = run(small_scenario(model={"name": "mlp_128"}, mechanism=mechanism))
     assert report.result.privacy == plain.privacy
@@ -128,6 +130,7 @@ def test_dprivacy_audit_with_two_hypotheses_stays_below_its_leakage(ray_local, c
     assert claims["claimed_leakage_per_client"] == leakage["max"] > 0
     assert all(client["participations"] == 3 for client in leakage["per_client"].values())  # no canary events
     assert report.lower_bound > 0  # canaries are seen in spite of the noise and the clustering
+    assert claims["gdp_mu_star"] is None and claims["gdp_mu_star_basis"].startswith("none") and "no mu*" in report.headline()
     if calibration == "clipped":
         assert claims["claimed_epsilon"] == leakage["max"] and report.lower_bound <= claims["claimed_epsilon"]
     else:

@@ -107,7 +107,7 @@ def test_bounds_of_quiet_dirac_canaries_are_sound(mu):
     draws = [_dirac_gaussian_mechanism(rng, data, coordinates, mu) for _ in range(REPEATS)]
     true_epsilon = _gaussian_epsilon(mu, 1e-5)
     _assert_sound([one_run_audit(scores, included, 1e-5, CONFIDENCE).epsilon for scores, included in draws], true_epsilon)
-    gdp = [fdp_one_run_audit(scores, included, 1e-5, CONFIDENCE) for scores, included in draws]
+    gdp = [fdp_one_run_audit(scores, included, CONFIDENCE) for scores, included in draws]
     _assert_sound([bound.mu for bound in gdp], mu)
     assert np.mean([bound.mu for bound in gdp]) > 0.4 * mu  # and not vacuous
 

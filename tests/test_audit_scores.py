@@ -66,7 +66,7 @@ def test_both_bounds_on_likelihood_scores_are_sound_on_the_gaussian_mechanism():
         values, included = _rounds(rng, rate=1.0, steps=2, rounds=2, sigma=2.0)
         scores = _likelihood(values, rate=1.0, steps=2, sigma=2.0)
         counting.append(one_run_audit(scores, included, DELTA, CONFIDENCE).epsilon)
-        gdp.append(fdp_one_run_audit(scores, included, DELTA, CONFIDENCE).mu)
+        gdp.append(fdp_one_run_audit(scores, included, CONFIDENCE).mu)
     _assert_sound(counting, gaussian_epsilon(1.0, DELTA))
     _assert_sound(gdp, 1.0)
     assert np.mean(gdp) > 0.4

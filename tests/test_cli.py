@@ -59,6 +59,7 @@ IMPORT_PROBE = (
     ("args", "also_absent"),
     [
         (["list"], ("sklearn",)),
+        (["list", "mechanism.rpdp"], ("sklearn",)),
         (["validate", str(QUICKSTART)], ()),
         (["validate", str(HEART_DPSGD), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
         (["validate", str(REPO / "scenarios" / "rpdp" / "heart_disease_three_levels.yaml"), "--set", f"data.path={HEART_DISEASE_DIR}"], ()),
@@ -66,7 +67,7 @@ IMPORT_PROBE = (
         (["validate", str(QUICKSTART), "--set", "mechanism={name: pldp, ranges: tau1, coordinates: 10}"], ()),
         (["validate", str(REPO / "scenarios" / "attacks" / "lfw_dlg.yaml")], ("skimage",)),
     ],
-    ids=["list", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp", "validate-attack"],
+    ids=["list", "list-keys", "validate-none", "validate-dp_sgd", "validate-rpdp", "validate-grid", "validate-pldp", "validate-attack"],
 )
 def test_list_and_validate_load_neither_torch_nor_ray_nor_matplotlib(args, also_absent, request):
     if any("heart_disease" in arg for arg in args):
@@ -114,6 +115,23 @@ def test_yaml_error_gives_line_and_column(tmp_path):
     path.write_text("name: quickstart\nfederation: {rounds: 3,, lr: 0.1}\n")
     line = one_error_line(privsilo("validate", str(path)))
     assert f"{path}, line 2, column " in line
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
+    """In a scenario, in a nested block, in a grid (axes) and in a --set value: YAML forbids it, and PyYAML's
+    silent last-one-wins once changed a run's seed."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text("name: q\nseed: 0\ndata: {dataset: digits}\nseed: 1\n")
+    line = one_error_line(privsilo("validate", str(path)))
+    assert f"{path}, line 4, column 1: invalid YAML: the key 'seed' is given twice, on line 2 and on line 4" in line
+    path.write_text("name: q\ndata:\n  dataset: digits\n  silos: 2\n  silos: 3\n")
+    assert "the key 'silos' is given twice, on line 4 and on line 5" in one_error_line(privsilo("run", str(path)))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: g\nbase: scenario.yaml\naxes:\n  seed:\n    a: {seed: 1}\n    a: {seed: 2}\n")
+    assert "the key 'a' is given twice, on line 5 and on line 6" in one_error_line(privsilo("validate", str(grid)))
+    line = one_error_line(privsilo("validate", str(QUICKSTART), "--set", "data={silos: 2, silos: 3}"))
+    assert "--set" in line and "the key 'silos' is given twice" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.yaml", "scenario.yaml"]
 
 
 def test_grid_and_its_base_are_read_with_the_same_checks(tmp_path):

@@ -10,8 +10,9 @@ import sys
 
 import yaml
 
+from simulator.cli import main
 from simulator.scenario import validate_scenario
-from simulator.scenario_reference import scenario_reference_markdown, undocumented_keys
+from simulator.scenario_reference import PAGE, scenario_reference_markdown, undocumented_keys, updated_page
 from tests.conftest import REPO
 
 
@@ -29,6 +30,33 @@ def _leaf_keys(mapping: dict, prefix: str = "") -> list[str]:
         else:
             keys.append(f"{prefix}{key}")
     return keys
+
+
+def test_the_scenario_reference_in_the_repository_is_up_to_date() -> None:
+    """docs/reference/scenario.md holds the generated reference (readable without a build); regenerate it with
+    ``python -m simulator.scenario_reference``."""
+    page = PAGE.read_text()
+    assert updated_page(page) == page, "run `python -m simulator.scenario_reference`"
+    assert "| `mechanism.budgets` |" in page and "| `federation.rounds` |" in page
+
+
+def test_list_prints_the_keys_under_a_prefix(capsys) -> None:
+    assert main(["list", "mechanism.rpdp"]) == 0
+    rpdp = capsys.readouterr().out
+    assert rpdp.startswith("mechanism.name: rpdp (10 keys;")
+    assert '  mechanism.budgets: mapping; default {"distribution": "three_levels"}\n      Per-record budgets:' in rpdp
+    assert "mechanism.noise_multiplier: float > 0.0; default 1.0\n      Noise multiplier sigma.\n" in rpdp
+    assert main(["list", "federation"]) == 0
+    federation = capsys.readouterr().out
+    assert "  federation.rounds: int >= 1; default 10\n" in federation and "federation.server_optimizer.lr" in federation
+    assert all(line.startswith(("federation", "  federation.", "      ")) for line in federation.splitlines())
+    assert main(["list", "mechanism.none"]) == 0
+    assert capsys.readouterr().out == "mechanism.name: none takes no further keys\n"
+    assert main(["list", "mechanism"]) == 0
+    assert "privsilo list mechanism.NAME (NAME: dp_sgd, dprivacy, none, pldp, rpdp, uldp)" in capsys.readouterr().out
+    assert main(["list", "federation.nope"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "list: got 'federation.nope'; no scenario key lies under it; blocks: attack, audit" in line and "rpdp" in line
 
 
 def test_every_scenario_key_has_a_description() -> None:

@@ -29,7 +29,7 @@ def test_quickstart_through_the_cli(ray_local, tmp_path):
     out = tmp_path / "quickstart"
     assert main(["run", str(REPO / "scenarios" / "quickstart.yaml"), "--out", str(out), "--no-progress"]) == 0
     # no privacy.png: FedAvg has no epsilon to plot
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "metrics.png", "model.pt", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".privsilo-output", "metrics.csv", "metrics.png", "model.pt", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["name"] == "quickstart" and summary["config"]["mechanism"] == {"name": "none"}
     assert summary["final"]["accuracy"] >= 0.85

@@ -81,6 +81,13 @@ def test_finished_out_is_refused_without_overwrite_and_tensorboard_matches_metri
     assert main([*args, "--overwrite", "--set", "seed=4"]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["seed"] == 4
     assert not (out / "tensorboard").exists()  # replaced as a whole, not merged
+    marked = json.loads((out / ".privsilo-output").read_text())  # what privsilo wrote, summary.json aside
+    assert marked["kind"] == "run" and {"metrics.csv", "metrics.png", "model.pt"} <= set(marked["files"])
+    (out / "notes.md").write_text("mine\n")  # a file of the user's in privsilo's directory: never deleted
+    capsys.readouterr()
+    assert main([*args, "--overwrite"]) == EXIT_USER_ERROR
+    assert "privsilo's output directory also holds files privsilo did not write (notes.md)" in _error_line(capsys)
+    assert (out / "notes.md").read_text() == "mine\n" and (out / "summary.json").is_file()
 
 
 def _assert_tensorboard_equals_metrics(out: Path, *, event_files: int = 1, tensorboard: Path | None = None) -> None:
@@ -181,9 +188,11 @@ def test_log_refuses_an_unknown_tracker_and_a_missing_tensorboard(tmp_path, monk
 
 
 def test_attack_refuses_an_out_holding_a_finished_attack(tmp_path, capsys):
+    from simulator.reports import atomic_directory
+
     out = tmp_path / "attacked"
-    out.mkdir()
-    (out / "attack.json").write_text("{}\n")
+    with atomic_directory(out, kind="attack") as staging:  # as privsilo attack writes it
+        (staging / "attack.json").write_text("{}\n")
     assert main(["attack", str(QUICKSTART), "--out", str(out), "--no-progress"]) == EXIT_USER_ERROR
     line = _error_line(capsys)
     assert "--out" in line and str(out) in line and "attack.json" in line and "--overwrite" in line

@@ -1,8 +1,9 @@
 """``mechanism.accountant: pld`` (mechanisms/pld.py): never above RDP, within 2% of Opacus' PRV accountant (an
 independent numerical accountant, Gopi et al. 2021), dp_accounting's ``PLDAccountant`` read at a 1% smaller delta,
 never below the exact Gaussian composition (q = 1, a 50-digit evaluation) nor below dp_accounting's estimate on a
-finer grid at delta 1e-8 to 1e-12, reported beside RDP by ``dp_sgd`` and ``uldp``, and refused where it
-does not apply."""
+finer grid at delta 1e-8 and 1e-10, refused below 1e-10 for subsampled schedules (where the float64 composition
+fell below two rigorous values, which RDP, the alternative named, stays above), reported beside RDP by ``dp_sgd``
+and ``uldp``, and refused where it does not apply."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import yaml
 
 from mechanisms.accounting import RdpAccountant
 from mechanisms.events import PoissonGaussianEvent, UserLevelGaussianEvent
-from mechanisms.pld import DELTA_SAFETY, FINE_VALUE_DISCRETIZATION_INTERVAL, _one_step, gaussian_delta, pld_epsilon
+from mechanisms.pld import DELTA_SAFETY, FINE_VALUE_DISCRETIZATION_INTERVAL, SMALLEST_DELTA, _one_step, gaussian_delta, pld_epsilon
 from mechanisms.uldp.accountant import UldpAccountant, user_level_epsilon
 from simulator.scenario import validate_scenario
 from tests.conftest import REPO, small_scenario
@@ -80,7 +81,23 @@ def test_pld_is_dp_accountings_pld_accountant(q, sigma, steps):
     assert pld_epsilon(((q, sigma, steps),), DELTA) == pytest.approx(accountant.get_epsilon(DELTA_SAFETY * DELTA), rel=1e-9, abs=0)
 
 
-SMALL_DELTAS = (1e-8, 1e-10, 1e-12)
+SMALL_DELTAS = (1e-8, 1e-10, 1e-12)  # rate 1 (exact, no grid) is given at any delta
+SUBSAMPLED_SMALL_DELTAS = (1e-8, 1e-10)  # the grid's: refused below SMALLEST_DELTA
+
+# Rigorous lower bounds on the true epsilon at delta 1e-12, computed without dp_accounting (a library-free bracket
+# of the subsampled Gaussian's composed privacy loss); float64 PLD composition read 60.4201 and 27.0567 there.
+RIGOROUS_AT_1E_12 = [((0.1, 0.8, 1000), 60.4396), ((0.01, 0.5, 1000), 27.0632)]
+
+
+@pytest.mark.parametrize(("entry", "truth_at_least"), RIGOROUS_AT_1E_12)
+def test_below_the_smallest_delta_pld_refuses_and_rdp_stays_above_the_truth(entry, truth_at_least):
+    with pytest.raises(ValueError, match="allowed: rdp"):
+        pld_epsilon((entry,), 1e-12)
+    with pytest.raises(ValueError, match="allowed: rdp"):
+        pld_epsilon((entry,), SMALLEST_DELTA * 0.99)
+    accountant = RdpAccountant(delta=1e-12)
+    accountant.record(0, PoissonGaussianEvent(*entry))
+    assert accountant.epsilon(1e-12) >= truth_at_least
 
 
 def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
@@ -117,7 +134,7 @@ def test_the_fine_grid_read_with_the_margin_is_above_the_exact_gaussian_composit
     times delta), on cases whose exact figure is known (q = 1): never below it. Without the margin the fine grid
     alone reads 69.269353 at 1e-10 for sigma 2, 200 steps, where the exact figure is 69.269355."""
     composed = _one_step(1.0, sigma, FINE_VALUE_DISCRETIZATION_INTERVAL).self_compose(steps)
-    for delta in SMALL_DELTAS:
+    for delta in SUBSAMPLED_SMALL_DELTAS:
         assert composed.get_epsilon_for_delta(DELTA_SAFETY * delta) >= _exact_gaussian_epsilon(steps**0.5 / sigma, delta)
 
 
@@ -130,7 +147,7 @@ def test_subsampled_pld_is_never_below_dp_accountings_on_a_finer_grid(q, sigma, 
 
     fine = PLDAccountant(value_discretization_interval=1e-5)
     fine.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
-    for delta in SMALL_DELTAS:
+    for delta in SUBSAMPLED_SMALL_DELTAS:
         assert pld_epsilon(((q, sigma, steps),), delta) >= fine.get_epsilon(delta)
 
 
@@ -217,6 +234,8 @@ def test_dp_sgd_run_reports_pld_beside_rdp(ray_local, tmp_path):
         ({"name": "uldp", "variant": "group", "group_k": 2, "accountant": "pld"}, "allowed: rdp, or pld with variant"),
         ({"name": "rpdp", "accountant": "pld"}, "unknown key"),
         ({"name": "dp_sgd", "accountant": "prv"}, "'rdp' or 'pld'"),
+        ({"name": "dp_sgd", "accountant": "pld", "delta": 1e-12}, "allowed: rdp, or pld with delta >= 1e-10"),
+        ({"name": "uldp", "accountant": "pld", "delta": 5e-11}, "allowed: rdp, or pld with delta >= 1e-10"),
     ],
 )
 def test_refusals_exit_2_naming_the_field(tmp_path, mechanism, allowed):

@@ -12,17 +12,17 @@ from tests.conftest import small_scenario
 
 def test_atomic_directory_replaces_only_on_success(tmp_path):
     target = tmp_path / "run"
-    with atomic_directory(target) as staging:
+    with atomic_directory(target, kind="sweep") as staging:
         (staging / "a.txt").write_text("first")
     assert (target / "a.txt").read_text() == "first"
     with pytest.raises(KeyboardInterrupt):
-        with atomic_directory(target) as staging:
+        with atomic_directory(target, kind="sweep") as staging:
             (staging / "a.txt").write_text("half")
             raise KeyboardInterrupt
     assert (target / "a.txt").read_text() == "first"
-    with atomic_directory(target) as staging:
+    with atomic_directory(target, kind="sweep") as staging:
         (staging / "b.txt").write_text("second")
-    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in target.iterdir()) == [".privsilo-output", "b.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
@@ -52,7 +52,7 @@ def test_train_loss_is_in_the_legend_only_where_the_mechanism_reveals_it():
 
 def test_privacy_plot_only_for_runs_with_an_epsilon(tmp_path):
     write_run(_result(epsilons=[None, None], train_losses=[0.9, 0.7]), tmp_path / "none")
-    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["metrics.csv", "metrics.png", "model.pt", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == [".privsilo-output", "metrics.csv", "metrics.png", "model.pt", "summary.json"]
     privacy = {"guarantee": "record-level", "epsilon": 0.8, "delta": 1e-5}
     write_run(_result(epsilons=[0.5, 0.8], train_losses=[math.nan] * 2, privacy=privacy), tmp_path / "dp")
     assert (tmp_path / "dp" / "privacy.png").stat().st_size > 0

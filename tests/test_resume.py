@@ -143,6 +143,7 @@ def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     _kill_session(process.pid)
     process.wait(timeout=60)
     assert not (killed / "summary.json").exists()
+    (killed / ".privsilo-output").unlink()  # as a privsilo without markers left it: its checkpoint says whose it is
     refused = _start(scenario_file, killed)
     output = refused.communicate(timeout=120)[0]
     assert refused.returncode == 2 and f"privsilo resume {killed}" in output
@@ -150,6 +151,7 @@ def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
     _assert_finished_as(killed, tmp_path / "reference")
+    assert (killed / ".privsilo-output").is_file()
 
 
 def test_resume_refuses_another_scenario(ray_local, tmp_path):

@@ -1,6 +1,8 @@
 """Budget distributions: seeded, bounded, with the intended laws (chi-square / KS at a stated significance)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -61,6 +63,8 @@ def test_bounded_mix_gauss_is_truncated_not_clipped() -> None:
         (lambda: BoundedPareto(shape=0.0), "shape"),
         (lambda: ThreeLevels(ratios=(0.5, 0.2, 0.1)), "ratios"),
         (lambda: ThreeLevels(levels=(0.0, 1.0, 5.0)), "levels"),
+        (lambda: ThreeLevels(levels=(0.1, 1.0, math.inf)), r"levels: inf must be a finite number > 0"),
+        (lambda: BoundedPareto(eps_max=math.nan), r"eps_max: nan must be a finite number > 0"),
         (lambda: ThreeLevels(levels=(1.0, 5.0)), "ratios"),
         (lambda: BoundedMixGauss(stds=(0.01, -0.05, 0.5)), "stds"),
         (lambda: BoundedMixGauss(means=(50.0, 60.0, 70.0)), "means"),

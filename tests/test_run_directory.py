@@ -168,6 +168,20 @@ def test_out_naming_a_file_is_refused_before_any_work(tmp_path, capsys):
     assert notes.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "scenario.yaml"]
 
 
+def test_a_symlink_loop_and_resume_of_a_file_say_what_they_are(tmp_path, capsys):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(_scenario(checkpoint={"every": 0})))
+    for args in (["run", str(scenario_file), "--out", str(loop)], ["attack", str(scenario_file), "--out", str(loop / "x")]):
+        assert main([*args, "--no-progress"]) == EXIT_USER_ERROR, args
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "a symbolic link that leads nowhere (a loop, or a missing target)" in line and "a file" not in line, line
+    assert main(["resume", str(scenario_file)]) == EXIT_USER_ERROR
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("is a file; resume names the output directory of an interrupted run"), line
+
+
 def test_resume_with_overwrite_and_a_checkpoint_of_another_structure_are_refused(tmp_path, capsys):
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump(_scenario()))
@@ -192,7 +206,7 @@ def test_results_have_the_umasks_permissions_and_the_checkpoint_stays_private(tm
     assert stat.S_IMODE(checkpoint_path(tmp_path / "run").stat().st_mode) == 0o600
     umask = os.umask(0o022)
     try:
-        with atomic_directory(tmp_path / "attack") as staging:
+        with atomic_directory(tmp_path / "attack", kind="attack") as staging:
             (staging / "attack.json").write_text("{}\n")
     finally:
         os.umask(umask)
@@ -204,9 +218,9 @@ def test_stale_staging_directories_of_dead_writers_are_removed(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     for name in (f".out.partial-{dead}-0a1b2c3d", f".out.previous-{dead}", f".out.partial-{os.getppid()}-0a1b2c3d"):
         (tmp_path / name).mkdir()
-    with atomic_directory(tmp_path / "out") as staging:
+    with atomic_directory(tmp_path / "out", kind="sweep") as staging:
         (staging / "runs.csv").write_text("")
-    with atomic_directory(tmp_path / "out") as staging:  # replaces an existing directory
+    with atomic_directory(tmp_path / "out", kind="sweep") as staging:  # replaces an existing directory
         (staging / "table.md").write_text("")
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".out.partial-{os.getppid()}-0a1b2c3d", "out"]
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["table.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".privsilo-output", "table.md"]

@@ -84,6 +84,25 @@ def test_overrides_parse_yaml_values():
     assert info.value.field == "--set"
 
 
+@pytest.mark.parametrize(("setting", "hint"), [
+    ("federation.rounds=1e3", "(YAML read 1e3 as text, not a number: write 1000)"),
+    ("federation.rounds=1.5e1", "(YAML read 1.5e1 as text, not a number: write 15)"),
+    ("federation.lr=1e-3", "(YAML read 1e-3 as text, not a number: write 0.001)"),
+    ("federation.lr=1e-7", "(YAML read 1e-7 as text, not a number: write 1.0e-07)"),
+])
+def test_a_number_yaml_reads_as_text_is_named_with_what_to_write(setting, hint):
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(apply_overrides(small_scenario(), [setting]))
+    assert str(info.value).endswith(hint), str(info.value)
+    written = hint.rpartition("write ")[2].rstrip(")")
+    key = setting.partition("=")[0]
+    scenario = validate_scenario(apply_overrides(small_scenario(), [f"{key}={written}"]))  # what it says works
+    assert float(getattr(scenario.federation, key.rpartition(".")[2])) == float(setting.partition("=")[2])
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(apply_overrides(small_scenario(), ["federation.rounds=ten"]))
+    assert "YAML read" not in str(info.value)
+
+
 def test_cli_bad_input_exits_2_with_one_line_and_keeps_previous_output(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -163,3 +182,12 @@ def test_registry_names_match_the_mechanism_classes():
         assert mechanism_class(name).name == name
     with pytest.raises(KeyError):
         mechanism_class("magic")
+
+
+@pytest.mark.parametrize("setting", ["federation.lr=.inf", "federation.lr=.nan", "mechanism.noise_multiplier=.inf"])
+def test_infinite_or_nan_settings_are_refused_naming_the_field(setting):
+    scenario = small_scenario(mechanism={"name": "dp_sgd", "noise_multiplier": 1.0, "clip_norm": 1.0})
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(apply_overrides(scenario, [setting]))
+    message = str(info.value)
+    assert setting.partition("=")[0] in message and "finite" in message, message

@@ -204,6 +204,7 @@ def test_loader_shapes_are_checked() -> None:
         (((x, y[:-1]), (xt, yt)), "y_train must have shape"),
         (((x, y), (xt[:, :5], yt)), "train records have shape"),
         (((x, y + 0.5), (xt, yt)), "integer class labels"),
+        (((x, y), (xt, np.where(yt == 2, 9, yt))), "y_test holds labels that no training record has (9); y_train's labels are 0, 1, 2"),
         ((x, y), "must give ((x_train, y_train), (x_test, y_test))"),
     ):
         with pytest.raises(ScenarioError, match=r"data\.dataset") as error:

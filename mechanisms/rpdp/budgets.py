@@ -24,7 +24,7 @@ def _check(condition: bool, field: str, message: str) -> None:
 
 
 def _finite_positive(value: float, field: str) -> None:
-    _check(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, field, f"{value!r} must be > 0")
+    _check(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, field, f"{value!r} must be a finite number > 0")
 
 
 def _bounds(eps_min: float, eps_max: float) -> None:

@@ -62,6 +62,16 @@ class UldpParams(MechanismParams):
             raise ValueError("variant 'group' has no user-level sub-sampling; must be 1.0")
         return value
 
+    @field_validator("accountant")
+    @classmethod
+    def _pld_has_a_smallest_delta(cls, value: str, info: ValidationInfo) -> str:
+        """PLD's float64 composition is not trusted below ``mechanisms.pld.SMALLEST_DELTA``."""
+        if value == "pld" and "delta" in info.data:
+            from mechanisms.pld import check_pld_delta
+
+            check_pld_delta(info.data["delta"])
+        return value
+
     @model_validator(mode="after")
     def _group_needs_k(self) -> "UldpParams":
         if self.variant == "group" and self.group_k is None:

@@ -21,7 +21,7 @@ MAX_COLUMNS = 16  # images shown in attack.png (the first runs' first images)
 
 def write_attack(report: AttackReport, out_dir: Path) -> None:
     """Write the report's files into ``out_dir`` (atomically)."""
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, kind="attack") as staging:
         (staging / "attack.json").write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
         plot_grid(report, staging / "attack.png")
         plot_losses(report, staging / "loss.png")

@@ -21,10 +21,15 @@ mu-Gaussian-DP with respect to each canary" (its trade-off function ``f_mu(alpha
 Dong, Roth and Su 2022). The paper bounds the chance of ``c`` or more correct of ``k`` guesses under an f-DP
 mechanism by a recursion over the correct guesses (:func:`gdp_rejects`), which uses the whole trade-off curve
 rather than one (epsilon, delta) point of it, and so rejects more. :func:`fdp_one_run_audit` returns the largest
-mu rejected, and the epsilon at ``delta`` of a mu-GDP mechanism (:func:`mechanisms.pld.gaussian_epsilon`): the
-audited mechanism is not mu-GDP, at the confidence. That is *not* the statement "not (epsilon, delta)-DP" (a
-mechanism can be (epsilon(mu), delta)-DP without being mu-GDP), so the two bounds answer different questions and
-are reported side by side.
+mu rejected: the audited mechanism is not mu-GDP, at the confidence. It is reported in mu only, to be set against
+the mechanism's own mu* (:mod:`mechanisms.gdp`): a mechanism that meets an (epsilon, delta) claim can have a mu*
+whose epsilon at delta lies above the claim, so mu's epsilon is no lower bound on the (epsilon, delta) claim.
+
+**Ceilings.** Given how many canaries were included, perfectly separated scores give every guess count the most
+correct guesses it can have (``min(k_plus, included) + min(k_minus, excluded)``, :func:`reachable_correct`), and so
+the largest bound of that run: the ``ceiling`` of :func:`one_run_audit` and the ``ceiling_mu`` of
+:func:`fdp_one_run_audit`. :func:`epsilon_ceiling` without ``included`` is the largest over every inclusion count,
+reached only where about half the canaries were included.
 
 **Estimate** (Andrew, Kairouz, Oh, Oprea, McMahan and Suriyakumar, "One-shot Empirical Privacy Estimation for
 Federated Learning", ICLR 2024, the one-shot estimate): fit a Gaussian to the cosines between the final model
@@ -45,7 +50,6 @@ from statistics import NormalDist
 import numpy as np
 from scipy.special import bdtrc, expit, gammaln, ndtr
 
-from mechanisms.pld import GAUSSIAN_EPSILON_TOLERANCE, gaussian_epsilon
 
 EPSILON_TOLERANCE = 1e-6
 """Bisection tolerance of [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
@@ -77,25 +81,23 @@ class AuditBound:
     k_minus: int
     per_test_confidence: float  # 1 - (1 - confidence) / len(candidates): the level each guess count is tested at
     candidates: tuple[tuple[int, int, float], ...]  # (guesses, correct, epsilon) for each guess count, for plots
-    ceiling: float  # the bound with every guess right (:func:`epsilon_ceiling`): no outcome of these canaries gives more
+    ceiling: float  # the bound of perfectly separated scores with this many included (:func:`epsilon_ceiling`): no scores give more
 
 
 @dataclass(frozen=True)
 class GdpAuditBound:
     """The result of :func:`fdp_one_run_audit`: with probability at least ``confidence`` over the canaries'
-    inclusion coins, the audited mechanism is not mu-GDP for any mu < ``mu`` (nor, so, GDP at ``epsilon``)."""
+    inclusion coins, the audited mechanism is not mu-GDP for any mu < ``mu`` (a statement in mu, to be set against the
+    mechanism's own mu*, not a bound on its (epsilon, delta))."""
 
     mu: float  # the lower bound on mu: the largest over ``candidates``
-    epsilon: float  # the epsilon at ``delta`` of the mu-Gaussian mechanism
     confidence: float
-    delta: float
     canaries: int
     guesses: int
     correct: int
     per_test_confidence: float
     candidates: tuple[tuple[int, int, float | None], ...]  # (guesses, correct, mu), mu None where not above the counts before
-    ceiling_mu: float  # the largest mu these canaries could reject (every guess right)
-    ceiling: float  # its epsilon at ``delta``
+    ceiling_mu: float  # the largest mu perfectly separated scores reject, with this many included
 
 
 @dataclass(frozen=True)
@@ -162,20 +164,32 @@ def default_guess_counts(m: int) -> tuple[int, ...]:
     return tuple(int(k) for k in np.unique(grid))
 
 
-def epsilon_ceiling(m: int, delta: float, confidence: float, guess_counts: Sequence[int] | None = None) -> float:
+def reachable_correct(m: int, included: int, k: int) -> int:
+    """The most correct guesses of ``k`` (``ceil(k / 2)`` "in", ``floor(k / 2)`` "out") when ``included`` of the ``m``
+    canaries were included: what perfectly separated scores give."""
+    return min((k + 1) // 2, included) + min(k // 2, m - included)
+
+
+def epsilon_ceiling(m: int, delta: float, confidence: float, guess_counts: Sequence[int] | None = None,
+                    included: int | None = None) -> float:
     """The largest bound :func:`one_run_audit` can return for ``m`` canaries at ``delta`` and ``confidence`` with these
-    guess counts (default :func:`default_guess_counts`): every guess of every count right (``v = r``), the best count
-    taken. A claim above it cannot be refuted by this audit whatever the scores; a bound below a claim never confirms
-    it either (an audit only ever rejects)."""
+    guess counts (default :func:`default_guess_counts`) when ``included`` of them were included: perfectly
+    separated scores (:func:`reachable_correct`), the best count taken. A claim above it cannot be refuted by that
+    run whatever the scores; a bound below a claim never confirms it either (an audit only ever rejects). Without
+    ``included``: the largest over every inclusion count (every guess right, ``v = r``), which a run reaches only
+    where about half its canaries were included."""
     _check_delta(delta)
     _check_confidence(confidence)
     counts = default_guess_counts(m) if guess_counts is None else _check_guess_counts(guess_counts, m)
-    return _epsilon_ceiling(m, delta, 1.0 - (1.0 - confidence) / len(counts), counts)
+    if included is not None and not 0 <= included <= m:
+        raise ValueError(f"included must be in [0, m = {m}], got {included}")
+    return _epsilon_ceiling(m, delta, 1.0 - (1.0 - confidence) / len(counts), counts, included)
 
 
 @lru_cache(maxsize=256)
-def _epsilon_ceiling(m: int, delta: float, per_test_confidence: float, counts: tuple[int, ...]) -> float:
-    return max(epsilon_lower_bound(m, k, k, delta, per_test_confidence) for k in counts)
+def _epsilon_ceiling(m: int, delta: float, per_test_confidence: float, counts: tuple[int, ...], included: int | None) -> float:
+    return max(epsilon_lower_bound(m, k, k if included is None else reachable_correct(m, included, k), delta,
+                                   per_test_confidence) for k in counts)
 
 
 def one_run_audit(
@@ -231,7 +245,7 @@ def one_run_audit(
         k_minus=guesses // 2,
         per_test_confidence=per_test_confidence,
         candidates=tuple(candidates),
-        ceiling=epsilon_ceiling(m, delta, confidence, counts),
+        ceiling=epsilon_ceiling(m, delta, confidence, counts, included=int(included_array.sum())),
     )
 
 
@@ -330,59 +344,53 @@ def gdp_mu_lower_bound(m: int, k: int, c: int, confidence: float, *, at_least: f
 def fdp_one_run_audit(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
-    delta: float,
     confidence: float,
     guess_counts: Sequence[int] | None = None,
 ) -> GdpAuditBound:
     """Mahloujifar et al.'s f-DP one-run audit for the null "mu-GDP per canary", with the guesses of
     :func:`one_run_audit` (the same grid fixed in advance, Bonferroni over it, symmetric "in"/"out" guesses: a
     mu-GDP trade-off function is symmetric and both directions of add/remove are mu-GDP, so a wrong "out" guess is
-    bounded as a wrong "in" guess is). The bound is reported as mu and as mu's epsilon at ``delta`` (> 0)."""
+    bounded as a wrong "in" guess is). The bound is a mu, with no epsilon: see the module docstring."""
     scores_array, included_array = _check_canary_arrays(scores, included)
     _check_confidence(confidence)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1) for a Gaussian-DP bound's epsilon, got {delta!r}")
     m = len(scores_array)
     counts = default_guess_counts(m) if guess_counts is None else _check_guess_counts(guess_counts, m)
     per_test_confidence = 1.0 - (1.0 - confidence) / len(counts)
     in_correct, out_correct = _cumulative_correct(scores_array, included_array)
-    candidates, best = [], 0.0
-    for k in counts:  # each count searched above the best so far only (the same maximum, found faster)
-        correct = int(in_correct[(k + 1) // 2] + out_correct[k // 2])
-        mu = gdp_mu_lower_bound(m, k, correct, per_test_confidence, at_least=best)
-        candidates.append((k, correct, mu if mu > best else None))
-        best = max(best, mu)
+    candidates = _gdp_candidates(m, tuple((k, int(in_correct[(k + 1) // 2] + out_correct[k // 2])) for k in counts),
+                                 per_test_confidence)
     tried = [candidate for candidate in candidates if candidate[2] is not None]
     guesses, correct, mu = max(tried, key=lambda candidate: candidate[2]) if tried else (counts[0], candidates[0][1], 0.0)
-    ceiling_mu = _gdp_ceiling_mu(m, per_test_confidence, counts)
     return GdpAuditBound(
         mu=mu,
-        epsilon=_gdp_epsilon(mu, delta),
         confidence=confidence,
-        delta=delta,
         canaries=m,
         guesses=guesses,
         correct=correct,
         per_test_confidence=per_test_confidence,
-        candidates=tuple(candidates),
-        ceiling_mu=ceiling_mu,
-        ceiling=_gdp_epsilon(ceiling_mu, delta),
+        candidates=candidates,
+        ceiling_mu=_gdp_ceiling_mu(m, int(included_array.sum()), per_test_confidence, counts),
     )
 
 
+def _gdp_candidates(m: int, outcomes: tuple[tuple[int, int], ...], per_test_confidence: float
+                    ) -> tuple[tuple[int, int, float | None], ...]:
+    """(guesses, correct, mu) per guess count, each searched above the best so far only (the same maximum, found
+    faster; mu None where not above it)."""
+    candidates, best = [], 0.0
+    for k, correct in outcomes:
+        mu = gdp_mu_lower_bound(m, k, correct, per_test_confidence, at_least=best)
+        candidates.append((k, correct, mu if mu > best else None))
+        best = max(best, mu)
+    return tuple(candidates)
+
+
 @lru_cache(maxsize=256)
-def _gdp_ceiling_mu(m: int, per_test_confidence: float, counts: tuple[int, ...]) -> float:
-    """The largest mu any outcome rejects: every guess of some count right."""
-    return max(gdp_mu_lower_bound(m, k, k, per_test_confidence) for k in counts)
-
-
-def _gdp_epsilon(mu: float, delta: float) -> float:
-    """mu-GDP's epsilon at delta, less the root finder's absolute and relative tolerance (so a lower bound stays
-    below the exact root, small epsilons included)."""
-    if mu == 0.0:
-        return 0.0
-    epsilon = gaussian_epsilon(mu, delta)
-    return max(0.0, epsilon - 2 * GAUSSIAN_EPSILON_TOLERANCE * (1.0 + epsilon))
+def _gdp_ceiling_mu(m: int, included: int, per_test_confidence: float, counts: tuple[int, ...]) -> float:
+    """The largest mu perfectly separated scores reject with ``included`` canaries included, found as the audit
+    finds its bound (so such scores reach it exactly)."""
+    outcomes = tuple((k, reachable_correct(m, included, k)) for k in counts)
+    return max((mu for _, _, mu in _gdp_candidates(m, outcomes, per_test_confidence) if mu is not None), default=0.0)
 
 
 # --- Andrew et al.: the Gaussian-fit estimate ---------------------------------------------------------------

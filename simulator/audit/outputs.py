@@ -1,6 +1,6 @@
 """The files of ``privsilo audit``, written all or nothing: the audited run's usual files, ``audit.json`` and
 ``audit.png`` (the canaries' score histograms, included against excluded, and the lower bound against the number
-of guesses, beside the claimed epsilon)."""
+of guesses, beside the run's ceiling and the claimed epsilon)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from simulator.reports import atomic_directory, write_run_files  # noqa: E402
 
 def write_audit(report: AuditReport, out_dir: Path, *, invocation: Mapping[str, Any] | None = None) -> None:
     """Write the run's files, ``audit.json`` and ``audit.png`` into ``out_dir`` (atomically)."""
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, kind="audit") as staging:
         write_run_files(report.result, staging, invocation=invocation)
         (staging / "audit.json").write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
         plot_audit(report, staging / "audit.png")
@@ -37,6 +37,8 @@ def plot_audit(report: AuditReport, path: Path) -> None:
         hist.legend()
         candidates = () if group.bound is None else group.bound.candidates
         bound.plot([k for k, _, _ in candidates], [e for _, _, e in candidates], marker="o", label=f"lower bound ({group.confidence:.4g})")
+        if group.bound is not None:
+            bound.axhline(group.ceiling, color="tab:grey", linestyle=":", label=f"ceiling {group.ceiling:.3g} (this run)")
         if group.claimed_epsilon is not None:
             bound.axhline(group.claimed_epsilon, color="tab:red", linestyle="--", label=f"claimed {group.claimed_epsilon:.3g}")
         bound.set(xscale="log", xlabel="guesses", ylabel="epsilon", title=f"{title}empirical lower bound (delta = {report.delta:g})")

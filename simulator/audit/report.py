@@ -13,9 +13,12 @@ from simulator.scenario import Scenario
 
 NULLS = {
     "counting": "(epsilon, delta)-DP per canary (Steinke, Nasr and Jagielski 2023): a bound above epsilon refutes the claim",
-    "gdp": ("mu-Gaussian DP per canary (Mahloujifar, Melis and Chaudhuri 2025), reported with mu's epsilon at delta: a "
-            "stronger null, so the bound refutes 'mu-GDP' (and a claim made as mu-GDP), not every (epsilon, delta) claim"),
+    "gdp": ("mu-Gaussian DP per canary (Mahloujifar, Melis and Chaudhuri 2025): a bound on mu, set against the mechanism's "
+            "own mu* (the smallest mu whose trade-off curve it dominates), not on epsilon"),
 }
+GDP_MEANING = ("the Gaussian-DP figure is a lower bound on mu, refuting the mechanism's privacy analysis only if above its own mu*; "
+               "mu's epsilon is no lower bound on the (epsilon, delta) claim, since a mechanism that meets the claim can "
+               "have a mu* whose epsilon exceeds it")
 SCORES = {
     ("final_model", "gradient", "sum"): "cosine between the final model's change (its negative for record canaries, whose direction is a "
                                                "gradient) and the canary's direction; the largest over the hypotheses where the mechanism keeps several",
@@ -28,16 +31,23 @@ SCORES = {
 }
 
 
-def testability(claim: float | None, ceiling: float, canaries: int) -> dict[str, Any]:
-    """Whether an audit of ``canaries`` canaries, whose bound cannot exceed ``ceiling``, could refute ``claim``:
-    ``testable`` (None without a claim) and, when it could not, ``untestable_reason``."""
+def testability(claim: float | None, ceiling: float, canaries: int, included: int) -> dict[str, Any]:
+    """Whether an audit of ``canaries`` canaries, ``included`` of them included, whose bound cannot exceed ``ceiling``,
+    could refute ``claim``: ``testable`` (None without a claim) and, when it could not, ``untestable_reason``."""
     if claim is None:
         return {"testable": None}
     if claim <= ceiling:
         return {"testable": True}
     return {"testable": False, "untestable_reason": (
-        f"the claim {claim:.4g} is above the ceiling {ceiling:.4g}, the bound {canaries} canaries give with every guess "
-        "right: no outcome of this audit can refute it (and no audit confirms a claim)")}
+        f"the claim {claim:.4g} is above the ceiling {ceiling:.4g}, the bound of perfectly separated scores with "
+        f"{included} of {canaries} canaries included: no scores of this run can refute it (and no audit confirms a claim)")}
+
+
+def ratio(bound: float | None, claim: float | None) -> float | None:
+    """``bound / claim`` (None without both, or for a claim of 0 or inf): a tightness figure on one footing."""
+    if bound is None or claim is None or not 0.0 < claim < float("inf"):
+        return None
+    return bound / claim
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class AuditGroup:
 
     budget: float | None
     claimed_epsilon: float | None
+    mu_star: float | None  # the mechanism's own Gaussian-DP parameter (simulator.audit.mechanism_mu), None where none
     confidence: float
     bound: AuditBound | None
     gdp_bound: GdpAuditBound | None
@@ -62,12 +73,19 @@ class AuditGroup:
 
     @property
     def ceiling(self) -> float:
-        """The largest bound these canaries could give (every guess right; 0 without a bound)."""
+        """The largest bound these canaries could give with this many included (perfectly separated scores; 0
+        without a bound)."""
         return 0.0 if self.bound is None else self.bound.ceiling
 
     def testability(self) -> dict[str, Any]:
         """``testable`` (None without a claim) and, where the claim is above the ceiling, why not."""
-        return testability(self.claimed_epsilon, self.ceiling, int(self.scores.size))
+        return testability(self.claimed_epsilon, self.ceiling, int(self.scores.size), int(self.included.sum()))
+
+    def gdp_testable(self) -> bool | None:
+        """Whether the Gaussian-DP bound could exceed mu* in this run (mu* at most its ceiling); None without both."""
+        if self.gdp_bound is None or self.mu_star is None:
+            return None
+        return self.mu_star <= self.gdp_bound.ceiling_mu
 
     def signal_to_noise(self) -> float | None:
         """How far the included canaries' mean score lies above the excluded ones', in standard deviations of the
@@ -83,8 +101,9 @@ class AuditGroup:
         gdp = self.gdp_bound
         if gdp is None:
             return None
-        return {"null": NULLS["gdp"], "mu_lower_bound": gdp.mu, "epsilon_lower_bound": gdp.epsilon, "guesses": gdp.guesses,
-                "correct": gdp.correct, "ceiling_mu": gdp.ceiling_mu, "ceiling": gdp.ceiling,
+        return {"null": NULLS["gdp"], "mu_lower_bound": gdp.mu, "mu_star": finite_or_none(self.mu_star),
+                "mu_over_mu_star": ratio(gdp.mu, self.mu_star), "ceiling_mu": gdp.ceiling_mu, "testable": self.gdp_testable(),
+                "guesses": gdp.guesses, "correct": gdp.correct,
                 "guess_counts_tried": [{"guesses": k, "correct": v, "mu": mu} for k, v, mu in gdp.candidates]}
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +112,7 @@ class AuditGroup:
             **({} if self.budget is None else {"budget": self.budget}),
             "claimed_epsilon": self.claimed_epsilon,
             "empirical_epsilon_lower_bound": self.lower_bound,
+            "empirical_epsilon_over_claim": ratio(self.lower_bound, self.claimed_epsilon),
             "confidence": self.confidence,
             "estimate": None if estimate is None else finite_or_none(estimate.epsilon),
             "canaries": int(self.scores.size),
@@ -123,6 +143,7 @@ class AuditReport:
     claims: Mapping[str, float | str | None]
     groups: tuple[AuditGroup, ...]
     result: RunResult
+    mu_star_basis: str  # what the groups' mu* was computed from (simulator.audit.mechanism_mu)
 
     @property
     def lower_bound(self) -> float:
@@ -143,20 +164,38 @@ class AuditReport:
                 return {"testable": True}
             reasons = [f"budget {g.budget:g}: {v['untestable_reason']}" for g, v in zip(self.groups, verdicts) if v["testable"] is False]
             return {"testable": False, "untestable_reason": "; ".join(reasons)} if reasons else {"testable": None}
-        return testability(self.claims.get("claimed_epsilon"), self.ceiling, self.groups[0].scores.size)
+        group = self.groups[0]
+        return testability(self.claims.get("claimed_epsilon"), self.ceiling, int(group.scores.size), int(group.included.sum()))
+
+    @property
+    def joint_confidence(self) -> float:
+        """The confidence of the two bounds together (a union bound over their two failure chances)."""
+        return round(max(0.0, 1.0 - 2.0 * (1.0 - self.scenario.audit.confidence)), 12)
+
+    def _gdp_group(self) -> AuditGroup | None:
+        """The group with the largest Gaussian-DP bound on mu (None where no group has one)."""
+        return max((g for g in self.groups if g.gdp_bound is not None), key=lambda g: g.gdp_bound.mu, default=None)
 
     def to_json(self) -> dict[str, Any]:
         audit = self.scenario.audit
         headline = max(self.groups, key=lambda group: group.lower_bound)
-        gdp = max((g.gdp_bound for g in self.groups if g.gdp_bound is not None), key=lambda b: b.epsilon, default=None)
+        gdp_group = self._gdp_group()
+        gdp = None if gdp_group is None else gdp_group.gdp_bound
+        mu_star = None if gdp_group is None else gdp_group.mu_star
         report = {
             "empirical_epsilon_lower_bound": self.lower_bound,
+            "empirical_epsilon_over_claim": ratio(self.lower_bound, self.claims.get("claimed_epsilon")),
             "null": NULLS["counting"],
-            "gdp_epsilon_lower_bound": None if gdp is None else gdp.epsilon,
             "gdp_mu_lower_bound": None if gdp is None else gdp.mu,
-            "gdp_ceiling": None if gdp is None else gdp.ceiling,
+            "gdp_mu_star": finite_or_none(mu_star),
+            "gdp_mu_over_mu_star": None if gdp is None else ratio(gdp.mu, mu_star),
+            "gdp_mu_star_basis": self.mu_star_basis,
+            "gdp_ceiling_mu": None if gdp is None else gdp.ceiling_mu,
+            "gdp_testable": None if gdp_group is None else gdp_group.gdp_testable(),
             "gdp_null": NULLS["gdp"],
+            "gdp_meaning": GDP_MEANING,
             "confidence": audit.confidence,
+            "joint_confidence": self.joint_confidence,
             "estimate": headline.to_json()["estimate"],
             "signal_to_noise": headline.signal_to_noise(),
             "ceiling": self.ceiling,
@@ -186,11 +225,22 @@ class AuditReport:
     def headline(self) -> str:
         claim = self.claims.get("claimed_epsilon")
         claimed = "no claim" if claim is None else f"claimed epsilon {claim:.4g}"
-        gdp = max((g.gdp_bound.epsilon for g in self.groups if g.gdp_bound is not None), default=0.0)
         line = (f"audit ({self.unit} canaries, {self.scenario.audit.kind}, {self.view} view): epsilon >= {self.lower_bound:.3g} at "
                 f"{self.scenario.audit.confidence:g} confidence, delta = {self.delta:g} ({claimed}; ceiling "
                 f"{self.ceiling:.3g}{'' if self.testability()['testable'] is not False else ', claim untestable'}); "
-                f"not Gaussian-DP at epsilon {gdp:.3g} (each bound holds alone at that confidence; both together at "
-                f"{1 - 2 * (1 - self.scenario.audit.confidence):g})")
+                f"{self._gdp_phrase()} (each bound holds alone at that confidence; both together at {self.joint_confidence:g})")
         levels = [f"budget {g.budget:g}: >= {g.lower_bound:.3g}" for g in self.groups if g.budget is not None]
         return line + ("; " + ", ".join(levels) if levels else "")
+
+    def _gdp_phrase(self) -> str:
+        """The Gaussian-DP bound in mu beside the mechanism's own mu* (in mu only: its epsilon is no bound on the
+        claim)."""
+        group = self._gdp_group()
+        mu = 0.0 if group is None else group.gdp_bound.mu
+        phrase = f"not mu-GDP for mu < {mu:.3g}"
+        star = None if group is None else finite_or_none(group.mu_star)
+        if star is None:
+            return phrase + " (no mu* for this mechanism to set it against)"
+        share = ratio(mu, star)
+        return phrase + (f" against the mechanism's own mu* {star:.3g} ({share:.2f} of it; only a bound above mu* refutes)"
+                         if share is not None else f" against the mechanism's own mu* {star:.3g}")

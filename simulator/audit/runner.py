@@ -10,7 +10,8 @@ subsampled Gaussian's log-likelihood ratio of each round's upload, added over th
 model.
 Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound (null:
 (epsilon, delta)-DP), Mahloujifar et al.'s f-DP one (null: mu-Gaussian DP) and Andrew et al.'s Gaussian-fit
-estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling.
+estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling; the f-DP bound on mu is set
+against the mechanism's own mu* ([`simulator.audit.mechanism_mu`][simulator.audit.mechanism_mu]).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from simulator.audit.canaries import CanaryPlan
 from simulator.audit.client_claims import client_claims
 from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.directions import dirac_coordinates
+from simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.audit.scores import UploadLikelihoods, uploaded_changes
 from simulator.data import Dataset
@@ -82,25 +84,28 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
         if key in privacy:
             claims[f"claimed_{key}"] = privacy[key]
     claims.update(client_claims(scenario.mechanism.name, privacy, hosts=np.unique(plan.hosts[plan.included])))
+    name = scenario.mechanism.name
     if plan.budgets is None:
-        groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence),)
+        groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence,
+                         mu_star=mechanism_mu(name, result, claims)),)
     else:  # one bound per level; the levels split the confidence, so that their largest bound keeps it
         levels = np.unique(plan.budgets)
         split = 1.0 - (1.0 - confidence) / levels.size
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
-                              delta=delta, confidence=split) for b in levels)
+                              delta=delta, confidence=split, mu_star=mechanism_mu(name, result, claims, budget=float(b)))
+                       for b in levels)
     return AuditReport(scenario=scenario, unit=unit, view=audit_view(scenario), seed=plan.seed, delta=delta, claims=claims,
-                       groups=groups, result=result)
+                       groups=groups, result=result, mu_star_basis=mu_star_basis(name))
 
 
-def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, delta: float,
-           confidence: float) -> AuditGroup:
+def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, mu_star: float | None,
+           delta: float, confidence: float) -> AuditGroup:
     bound = one_run_audit(scores, included, delta=delta, confidence=confidence) if scores.size >= 2 else None
-    gdp_bound = fdp_one_run_audit(scores, included, delta=delta, confidence=confidence) if scores.size >= 2 else None
+    gdp_bound = fdp_one_run_audit(scores, included, confidence=confidence) if scores.size >= 2 else None
     observed, unobserved = scores[included], scores[~included]
     fits = min(observed.size, unobserved.size) >= 2 and np.ptp(observed) > 0 and np.ptp(unobserved) > 0
     estimate = gaussian_fit_estimate(observed, unobserved, delta) if fits else None
-    return AuditGroup(budget=budget, claimed_epsilon=claim, confidence=confidence, bound=bound, gdp_bound=gdp_bound,
+    return AuditGroup(budget=budget, claimed_epsilon=claim, mu_star=mu_star, confidence=confidence, bound=bound, gdp_bound=gdp_bound,
                       estimate=estimate, scores=scores, included=included)
 
 

@@ -85,6 +85,11 @@ def _checked(name: str, loaded: Any) -> Dataset:
             raise UserCodeError(f"dataset {name!r}: y_{split} must hold integer class labels 0..K-1")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise UserCodeError(f"dataset {name!r}: train records have shape {x_train.shape[1:]}, test records {x_test.shape[1:]}")
+    unseen = np.setdiff1d(y_test, y_train)
+    if unseen.size:
+        raise UserCodeError(f"dataset {name!r}: y_test holds labels that no training record has ({_labels(unseen)}); "
+                            f"y_train's labels are {_labels(np.unique(y_train))}, and a model cannot learn a class it never "
+                            "sees: relabel or drop those test records")
     num_classes = int(max(y_train.max(), y_test.max())) + 1
     if num_classes < 2:
         raise UserCodeError(f"dataset {name!r}: labels must span at least 2 classes, got only class 0")
@@ -94,6 +99,12 @@ def _checked(name: str, loaded: Any) -> Dataset:
         y_test=y_test.astype(np.int64), num_classes=num_classes, feature_shape=feature_shape,
         kind="image" if len(feature_shape) == 3 else "tabular",
     )
+
+
+def _labels(values: np.ndarray, shown: int = 6) -> str:
+    """``0, 1, 2`` (the first ``shown`` of sorted ``values``, then how many more)."""
+    words = ", ".join(str(int(v)) for v in values[:shown])
+    return words + (f" and {len(values) - shown} more" if len(values) > shown else "")
 
 
 def user_dataset_info(dataset: Dataset) -> DatasetInfo:

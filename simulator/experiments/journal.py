@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from simulator.file_faults import writing
 from simulator.scenario import Scenario
 
 RUNS_FILE = "runs.jsonl"
@@ -54,12 +55,13 @@ class SweepJournal:
         return runs
 
     def add_run(self, key: str, run: Any) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"key": key, "run": dataclasses.asdict(run)})
-        with (self.path / RUNS_FILE).open("a") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        with writing(self.path / RUNS_FILE, remove=False):  # a line cut short is ignored when read
+            self.path.mkdir(parents=True, exist_ok=True)
+            with (self.path / RUNS_FILE).open("a") as handle:
+                handle.write(line + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
         shutil.rmtree(self.checkpoint_directory(key), ignore_errors=True)
 
     def run_directory(self, name: str) -> Path:
@@ -78,11 +80,12 @@ class SweepJournal:
 
     def save_records(self, key: str, records: Mapping[str, np.ndarray]) -> None:
         """Per-record arrays of the reference rPDP run (written to a temporary name, then renamed)."""
-        self.path.mkdir(parents=True, exist_ok=True)
         staging = self.path / f".{RECORDS_FILE}"
-        with staging.open("wb") as handle:
-            np.savez(handle, key=np.array(key), **records)
-        staging.replace(self.path / RECORDS_FILE)
+        with writing(self.path / RECORDS_FILE, partial=staging):
+            self.path.mkdir(parents=True, exist_ok=True)
+            with staging.open("wb") as handle:
+                np.savez(handle, key=np.array(key), **records)
+            staging.replace(self.path / RECORDS_FILE)
 
     def load_records(self, key: str) -> dict[str, np.ndarray] | None:
         file = self.path / RECORDS_FILE

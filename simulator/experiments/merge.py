@@ -43,7 +43,7 @@ def merge_sweeps(sweep_dirs: Sequence[Path], *, out_dir: Path, title: str | None
             runs.append(item)
     assert axes is not None
     table = list(summarise(runs, axes=axes))
-    with atomic_directory(Path(out_dir)) as staging:
+    with atomic_directory(Path(out_dir), kind="merge") as staging:
         write_tables(staging, runs=runs, table=table, axes=axes, title=title or Path(out_dir).name)
         for name in COPIED_PLOTS:
             source = next((Path(d) / name for d in sweep_dirs if (Path(d) / name).is_file()), None)

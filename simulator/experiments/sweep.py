@@ -289,7 +289,7 @@ def write_sweep_outputs(
     from simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
 
     grid, axes = swept.grid, list(swept.grid.axes)
-    with atomic_directory(swept.out_dir) as staging:
+    with atomic_directory(swept.out_dir, kind="sweep") as staging:
         write_tables(staging, runs=swept.runs, table=swept.table, axes=axes, title=grid.name, own_table=run_directories is None)
         if run_directories is not None:
             _write_personalised_report(swept, run_directories=run_directories, staging=staging)
