@@ -56,11 +56,14 @@ fewer uploaded, and the server abandons such a round before asking for any share
 from protocols.secure_aggregation.graph import harary_degree, public_permutation, round_graph
 from protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
 from protocols.secure_aggregation.messages import (
+    CommitmentList,
+    ConfirmedUploaders,
     ConsistencyRequest,
     ConsistencySignature,
     EncryptedShares,
     IdentityKey,
     IdentityRegistry,
+    KeyCommitment,
     MaskedVector,
     NeighbourKeys,
     RoundKeyAdvertisement,
@@ -101,6 +104,9 @@ from protocols.secure_aggregation.silo import SecAggSilo
 
 __all__ = [
     "CORRECTNESS_PARAMETER",
+    "CommitmentList",
+    "ConfirmedUploaders",
+    "KeyCommitment",
     "SERVER_MODELS",
     "ConsistencyRequest",
     "ConsistencySignature",

@@ -50,6 +50,20 @@ def mask_private_key(mask_seed: bytes, *, silo_id: int, round_index: int) -> X25
     )
 
 
+_PROBE = X25519PrivateKey.from_private_bytes(bytes(range(32)))
+
+
+def valid_public_key(key: object) -> bool:
+    """Whether ``key`` is a 32-byte X25519 public key of large order: a low-order point gives every peer the
+    all-zero shared secret (which the cryptography library refuses), so such a key is refused where it arrives
+    (its silo counts as dropped, or the round ends) instead of failing in its neighbours."""
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(key))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def public_bytes(private_key: X25519PrivateKey) -> bytes:
     return private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
