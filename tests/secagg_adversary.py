@@ -92,7 +92,8 @@ class Strategy:
     def uploaders(self, setting: Setting) -> frozenset[int]:
         """The honest silos that upload: a silo left with fewer than ``t`` holders of shares (itself included)
         stops at ``COLLECT_SHARES``, as a dropout would."""
-        return frozenset(v for v in setting.honest if len(self.received(setting, v)) + 1 >= setting.threshold)
+        return frozenset(v for v in setting.honest
+                         if len(setting.graph[v]) - len(self.withheld.get(v, ())) + 1 >= setting.threshold)
 
 
 @dataclass(frozen=True)
@@ -115,42 +116,48 @@ def outcome(setting: Setting, strategy: Strategy, *, old: bool = False) -> Outco
     """What the honest silos reveal under ``strategy`` (``old``: the checks before the fix: a silo signs any claim
     it finds acceptable and reveals ``b`` for every member of it), and what the server then learns."""
     honest, t, uploaders = setting.honest, setting.threshold, strategy.uploaders(setting)
+    received = {h: strategy.received(setting, h) for h in honest}
     told = {h: strategy.told.get(h) for h in uploaders}
     signed1 = {h for h in uploaders if told[h] is not None and setting.acceptable(told[h], h) and (
-        old or not (told[h] & setting.graph[h]) - strategy.received(setting, h))}
+        old or not (told[h] & setting.graph[h]) - received[h])}
+    by_claim: dict[frozenset[int], set[int]] = {}
+    for h in signed1:
+        by_claim.setdefault(told[h], set()).add(h)
     final: dict[int, frozenset[int]] = {}
     for h in signed1:
         if old:
             final[h] = told[h]
             continue
-        signers = {j for j in signed1 if told[j] == told[h]} | (setting.corrupt & told[h])
+        signers = by_claim[told[h]] | (setting.corrupt & told[h])
         shown = strategy.shown.get(h)
         confirmed = frozenset((signers if shown is None else signers & shown) | {h})
         if setting.acceptable(confirmed, h):
             final[h] = confirmed
+    by_statement: dict[frozenset[int], set[int]] = {}
+    for h, statement in final.items():
+        by_statement.setdefault(statement, set()).add(h)
     revealing, counts = set(), {w: {"b": 0, "s": 0} for w in honest}
     for h, statement in final.items():
-        agreeing = {j for j, other in final.items() if other == statement} | setting.corrupt
-        holdings = strategy.received(setting, h) & honest | {h}
-        if all(len(agreeing & setting.share_set(w)) >= t for w in strategy.received(setting, h) | {h}):
+        agreeing = by_statement[statement] | setting.corrupt
+        if all(len(agreeing & setting.share_set(w)) >= t for w in received[h] | {h}):
             revealing.add(h)
-            for w in holdings:
+            for w in received[h] & honest | {h}:
                 counts[w]["b" if w in statement else "s"] += 1
     corrupt_holders = {w: len(setting.corrupt & setting.share_set(w)) for w in honest}
     self_masks = frozenset(w for w in honest if counts[w]["b"] + corrupt_holders[w] >= t)
     mask_seeds = frozenset(w for w in honest if counts[w]["s"] + corrupt_holders[w] >= t)
-    learnable = learnable_sets(setting, strategy, self_masks, mask_seeds)
+    learnable = learnable_sets(setting, received, uploaders, self_masks, mask_seeds)
     return Outcome(frozenset(revealing), self_masks, mask_seeds, learnable, uploaders)
 
 
-def learnable_sets(setting: Setting, strategy: Strategy, self_masks: frozenset[int],
-                   mask_seeds: frozenset[int]) -> tuple[frozenset[int], ...]:
+def learnable_sets(setting: Setting, received: dict[int, frozenset[int]], uploaders: frozenset[int],
+                   self_masks: frozenset[int], mask_seeds: frozenset[int]) -> tuple[frozenset[int], ...]:
     """Components of the honest uploaders joined by pairwise masks the server cannot compute (neither end's mask
     seed recovered) that both ends added; a component is learnable when every member's self-mask seed is recovered
     and no member carries an unknown mask its partner did not add (the partner never received its shares, or
     never uploaded): such a mask cancels against nothing."""
-    honest, uploaders = setting.honest, strategy.uploaders(setting)
-    masks = {u: strategy.received(setting, u) & honest if u in uploaders else frozenset() for u in honest}
+    honest = setting.honest
+    masks = {u: received[u] & honest if u in uploaders else frozenset() for u in honest}
     unknown = {u: {w for w in masks[u] if u not in mask_seeds and w not in mask_seeds} for u in honest}
     blocked = {u for u in honest if u not in self_masks or any(u not in masks[w] for w in unknown[u])}
     components, seen = [], set(honest - uploaders)
@@ -174,10 +181,12 @@ def learnable_sets(setting: Setting, strategy: Strategy, self_masks: frozenset[i
 
 
 def claims(setting: Setting) -> list[frozenset[int]]:
-    """Every claim that misses at most ``d`` silos (connected or not: silos check that themselves)."""
+    """Every claim an honest silo may sign: missing at most ``d`` silos, connected (any other is refused by every
+    silo, so the server gains nothing from it)."""
     silos = sorted(setting.silos)
-    return [frozenset(silos) - set(missing) for size in range(setting.dropped + 1)
-            for missing in itertools.combinations(silos, size)]
+    every = [frozenset(silos) - set(missing) for size in range(setting.dropped + 1)
+             for missing in itertools.combinations(silos, size)]
+    return [claim for claim in every if setting.acceptable(claim, min(claim))]
 
 
 def arcs(setting: Setting, order: list[int]) -> list[frozenset[int]]:
