@@ -684,6 +684,9 @@ def test_the_parameter_report_for_summary_json() -> None:
     assert [row["round_size"] for row in summary["by_round_size"]] == [10, 12]
     assert [row["rounds"] for row in summary["by_round_size"]] == [2, 1]
     assert summary["dropouts_beyond_assumption"] == [{"round": 1, "participants": 10, "dropped": 2, "assumed_at_most": 1}]
+    assert "no protection against a server that lies" in summary["assumes"]
+    lying = run_report(dataclasses.replace(settings, server="may_lie"), [(0, 100, 0)])
+    assert "authentic registry" in lying["assumes"] and "sampled independently of who is corrupt" in lying["assumes"]
     assert "1 round(s) lost more silos" in excess_warning(summary["dropouts_beyond_assumption"], dropout_rate=0.05)
     assert round_parameters(9, neighbours=3, threshold=None).degree == 4  # odd K with odd n: K + 1
     assert round_parameters(9, neighbours=8, threshold=None).degree is None
