@@ -491,7 +491,7 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
         server.round_relay(SecAggStage.SHARE_KEYS, {}, round_index=1)
     keys = server.round_relay(SecAggStage.ADVERTISE_KEYS, advertisements, round_index=1)
     with pytest.raises(ProtocolStateError, match="needs this round's NeighbourKeys"):
-        silos[0].round_reply(SecAggStage.SHARE_KEYS, None, round_index=1)
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, "no keys", round_index=1)
     shares = {i: s.round_reply(SecAggStage.SHARE_KEYS, keys[i], round_index=1) for i, s in silos.items()}
     with pytest.raises(ProtocolStateError, match="did not send shares for exactly"):
         server.round_relay(SecAggStage.SHARE_KEYS, {**shares, 3: shares[2]}, round_index=1)
@@ -1119,3 +1119,92 @@ def test_may_lie_bounds_count_the_dropouts_the_server_places() -> None:
         for degree in (4, 8, 12):
             settings = dict(federation=n, corrupt=corrupt_silos(n, 0.05), dropped=dropped_silos(n, 0.05))
             assert _disconnection(n, degree, server="may_lie", **settings) >= _disconnection(n, degree, **settings)
+
+
+def commit_stage(silos, server, round_index: int = 0):
+    """Round ``round_index`` through ``COMMIT_KEYS`` (silos that assume a server that may lie): the commitments and
+    the list the server answers with."""
+    server.begin_round(round_index=round_index, participants=tuple(sorted(silos)))
+    commitments = {i: s.round_reply(SecAggStage.COMMIT_KEYS, None, round_index=round_index) for i, s in silos.items()}
+    return commitments, server.round_relay(SecAggStage.COMMIT_KEYS, commitments, round_index=round_index)
+
+
+def test_may_lie_silos_check_every_commitment_and_roster_entry_against_the_registry() -> None:
+    """Unregistered ids, unsigned commitments, a roster that leaves out a committed silo or carries keys signed over
+    another commitment list (a different graph), and claims that name silos outside the roster are all refused."""
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    commitments, lists = commit_stage(silos, server)
+    honest = lists[0]
+    forged = {**honest.commitments, 99: (b"\0" * 32, b"\0" * 64)}
+    with pytest.raises(ProtocolStateError, match=r"unregistered or unsampled silos \[99\]"):
+        silos[0].round_reply(SecAggStage.ADVERTISE_KEYS, dataclasses.replace(honest, participants=(*honest.participants, 99),
+                                                                            commitments=forged), round_index=0)
+    unsigned = {**honest.commitments, 3: (honest.commitments[3][0], honest.commitments[4][1])}
+    with pytest.raises(ProtocolStateError, match=r"commitments relayed for silos \[3\] do not carry their signature"):
+        silos[0].round_reply(SecAggStage.ADVERTISE_KEYS, dataclasses.replace(honest, commitments=unsigned), round_index=0)
+    # silo 7 sees a list without silo 6: its keys are signed over another list, so nobody accepts them together
+    other = dataclasses.replace(honest, commitments={i: c for i, c in honest.commitments.items() if i != 6})
+    reveals = {i: s.round_reply(SecAggStage.ADVERTISE_KEYS, other if i == 7 else lists[i], round_index=0)
+               for i, s in silos.items()}
+    with pytest.raises(RoundAbandoned, match=r"silos \[7\] committed to round keys and did not reveal valid keys"):
+        copy = pickle.loads(pickle.dumps(server))
+        copy._round = server._round
+        copy.round_relay(SecAggStage.ADVERTISE_KEYS, reveals, round_index=0)
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    keys = through_keys(silos, server)
+    roster = keys[0].roster
+    missing = dataclasses.replace(roster, advertised={i: a for i, a in roster.advertised.items() if i != 5})
+    with pytest.raises(ProtocolStateError, match=r"silos \[5\] committed to keys the roster does not reveal"):
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(keys[0], roster=missing), round_index=0)
+    run_from_keys = {i: s.round_reply(SecAggStage.SHARE_KEYS, keys[i], round_index=0) for i, s in silos.items()}
+    bundles = server.round_relay(SecAggStage.SHARE_KEYS, run_from_keys, round_index=0)
+    for i, s in silos.items():
+        s.round_reply(SecAggStage.COLLECT_SHARES, bundles[i], round_index=0)
+        s.protect(np.ones(2), round_index=0, participants=tuple(range(8)))
+    with pytest.raises(ProtocolStateError, match=r"name silos \[99\] outside the round's roster"):
+        silos[0].unmask_reply(ConsistencyRequest(0, (*range(1, 8), 0, 99)), round_index=0)
+
+
+def test_a_committed_silo_that_reveals_nothing_ends_the_round_naming_it() -> None:
+    """The server cannot choose whose keys the graph seed hashes: a silo that committed and then reveals no keys
+    (or keys other than it committed to) ends the round, named, rather than dropping out."""
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    result = run_round(silos, server, random_vectors(8, np.random.default_rng(0)), round_index=0,
+                       drops={3: "ADVERTISE_KEYS"})
+    assert result.abandoned is not None and "silos [3] committed to round keys" in str(result.abandoned)
+    result = run_round(silos, server, random_vectors(8, np.random.default_rng(0)), round_index=1,
+                       drops={3: "COMMIT_KEYS"})  # a silo lost before committing is an ordinary dropout
+    assert result.abandoned is None and 3 not in result.uploaders
+
+
+LOW_ORDER_POINT = bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800")
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+def test_a_low_order_key_drops_its_silo_or_ends_the_round_never_its_neighbours(server_model) -> None:
+    """A silo advertising a low-order X25519 key (every peer's shared secret would be zero): with an honest-but-
+    curious server it counts as dropped and the others' sum comes out; with may_lie the round ends naming it (its
+    key does not match what it committed to). A silo sent such a key by the server refuses, naming the silo."""
+    n = 8
+    silos, server = federation(n, neighbours=4, server=server_model, dropout_rate=0.25)
+    vectors = random_vectors(n, np.random.default_rng(1))
+    bad = silos[2]
+    original = bad._reveal_keys if server_model == "may_lie" else bad._advertise
+
+    def low_order(inbound, round_index):
+        advertisement = original(inbound, round_index)
+        return dataclasses.replace(advertisement, mask_public_key=LOW_ORDER_POINT)
+
+    setattr(bad, "_reveal_keys" if server_model == "may_lie" else "_advertise", low_order)
+    result = run_round(silos, server, vectors, round_index=0)
+    if server_model == "may_lie":
+        assert result.abandoned is not None and "silos [2]" in str(result.abandoned)
+    else:
+        assert result.abandoned is None and 2 not in result.uploaders
+        np.testing.assert_array_equal(result.total, exact_sum(server.codec, vectors, result.uploaders))
+    silos, server = federation(n, neighbours=4)
+    keys = through_keys(silos, server)
+    peer = next(p for p in keys[0].keys if p != 0)
+    forged = dataclasses.replace(keys[0], keys={**keys[0].keys, peer: (LOW_ORDER_POINT, keys[0].keys[peer][1])})
+    with pytest.raises(ProtocolStateError, match=rf"invalid or low-order keys of silos \[{peer}\]"):
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, forged, round_index=0)

@@ -197,7 +197,8 @@ class SecAggServer(ServerProtocol):
         if not isinstance(stage, SecAggStage):
             raise ProtocolStateError(f"server: unknown stage {stage!r}")
         state = self._current(round_index, stage.name)
-        present = set(inbound)
+        inbound = {i: message for i, message in inbound.items() if message is not None or i in state.shared}
+        present = set(inbound)  # a silo the server dropped (invalid keys) answers None and sits the round out
         if not present <= set(state.participants):
             raise ProtocolStateError(f"server: {stage.name} replies from non-participants {sorted(present - set(state.participants))}")
         if stage is SecAggStage.COMMIT_KEYS:
@@ -337,6 +338,7 @@ class SecAggServer(ServerProtocol):
         ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded, some needed seed
         has fewer than ``threshold`` holders among the uploaders, or the graph does not connect the uploaders."""
         state = self._current(round_index, "unmask_requests")
+        messages = {i: message for i, message in messages.items() if message is not None}  # silos that sat out
         if not set(messages) <= state.shared:
             raise ProtocolStateError(f"server: uploads from silos {sorted(set(messages) - state.shared)} that did not share")
         if len(messages) < self.min_participants:
@@ -464,6 +466,8 @@ class SecAggServer(ServerProtocol):
         Raises ``RoundAbandoned`` when some needed seed has fewer than ``threshold`` shares (never a wrong sum),
         ``EncodingOverflowError`` if the decoded sum is out of range (an unchecked encoding)."""
         state = self._current(round_index, "combine")
+        messages = {i: message for i, message in messages.items() if message is not None}  # silos that sat out
+        participants = tuple(i for i in participants if i in messages)
         uploads = set(messages) if not self.may_lie else set(messages) & state.uploaded
         if set(participants) != set(messages) or uploads != state.uploaded or not set(messages) <= state.shared:
             raise ProtocolStateError(

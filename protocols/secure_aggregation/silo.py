@@ -69,6 +69,8 @@ from protocols.secure_aggregation.signatures import (
 )
 
 _SELF_MASK, _MASK_SEED = "self-mask seed", "mask seed"
+_SAT_OUT = "sat out"
+"""A silo's step after the server dropped it from the round (it refused the silo's keys): it uploads nothing."""
 
 
 @dataclass
@@ -313,8 +315,11 @@ class SecAggSilo(SiloProtocol):
             raise ProtocolStateError(f"{self._who()}: the relayed keys are not its neighbours in the round's graph")
         return graph
 
-    def _share(self, inbound: object | None, round_index: int) -> EncryptedShares:
+    def _share(self, inbound: object | None, round_index: int) -> EncryptedShares | None:
         state = self._current(round_index, SecAggStage.SHARE_KEYS.name)
+        if inbound is None and not self.may_lie:  # the server dropped this silo (it refused its keys): sit out
+            state.next_step = _SAT_OUT
+            return None
         if not isinstance(inbound, NeighbourKeys) or inbound.round_index != round_index:
             raise ProtocolStateError(f"{self._who()}: SHARE_KEYS needs this round's NeighbourKeys, got {inbound!r}")
         try:
@@ -352,6 +357,8 @@ class SecAggSilo(SiloProtocol):
         return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
 
     def _collect(self, inbound: object | None, round_index: int) -> None:
+        if self._round is not None and self._round.next_step == _SAT_OUT and inbound is None:
+            return None
         state = self._current(round_index, SecAggStage.COLLECT_SHARES.name)
         if not isinstance(inbound, ShareBundle) or inbound.round_index != round_index:
             raise ProtocolStateError(f"{self._who()}: COLLECT_SHARES needs this round's ShareBundle, got {inbound!r}")
@@ -373,13 +380,17 @@ class SecAggSilo(SiloProtocol):
         state.next_step = "protect"
         return None
 
-    def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> MaskedVector:
+    def protect(self, vector: np.ndarray, *, round_index: int, participants: tuple[int, ...]) -> MaskedVector | None:
         """Bonawitz et al. round 2: ``y = encode(x) + PRG(b) + sum_v s_v PRG(k_v)`` mod 2^64 over the neighbours
         ``v`` whose shares arrived (``s_v = +1`` if this silo's id is below ``v``'s, else ``-1``).
+
+        ``None`` when the server dropped this silo at ``SHARE_KEYS`` (it sits the round out).
 
         Raises ``EncodingOverflowError`` if a value lies outside the codec's range and ``ProtocolStateError``
         out of order (before ``COLLECT_SHARES``, or a second time in a round), for participants that omit this
         silo or a neighbour it masks with, or for a round size outside ``[min_participants, max_summands]``."""
+        if self._round is not None and self._round.round_index == round_index and self._round.next_step == _SAT_OUT:
+            return None
         state = self._current(round_index, "protect")
         members = check_participants(participants)
         if self.silo_id not in members:
