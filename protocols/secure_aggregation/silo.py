@@ -52,7 +52,6 @@ from protocols.secure_aggregation.sharing import (
     mask_private_key,
     public_bytes,
     split,
-    valid_public_key,
 )
 from protocols.secure_aggregation.signatures import (
     IDENTITY_KEY_BYTES,
@@ -120,14 +119,32 @@ class _Round:
         mask keys and channel keys), once: sealing, opening and masking all reuse them."""
         mask_key, channel = self.mask_key(silo_id), X25519PrivateKey.from_private_bytes(self.channel_key)
         for peer, (mask_public, channel_public) in self.keys.items():
-            if peer != silo_id:
+            if peer == silo_id:
+                continue
+            try:  # a malformed or low-order key (all-zero shared secret) raises: the server should have refused it
                 self.mask_keys[peer] = derive_pairwise_key(private_key=mask_key, peer_public_key=mask_public,
                                                            own_id=silo_id, peer_id=peer)
                 self.channel_keys[peer] = channel_key(channel, channel_public, own_id=silo_id, peer_id=peer,
                                                       round_index=self.round_index)
+            except (TypeError, ValueError):
+                raise ProtocolStateError(
+                    f"silo {silo_id}: the server relayed invalid or low-order keys of silos [{peer}]") from None
 
     def channel(self, silo_id: int, peer: int) -> Channel:
         return Channel(self.channel_keys[peer], own_id=silo_id, peer_id=peer, round_index=self.round_index)
+
+
+_last_list_check: list = [None, ()]  # [the last commitment list object, its unsigned entries]
+
+
+def _unsigned_commitments(listing: CommitmentList, registry: dict[int, bytes]) -> tuple[int, ...]:
+    """The commitments of ``listing`` whose signature fails, remembered for the last list object (one worker's
+    silos receive one copy and check it once)."""
+    if _last_list_check[0] is not listing:
+        bad = tuple(sorted(i for i, (digest, signature) in listing.commitments.items()
+                           if not verified(registry.get(i, b""), commitment_message(listing.round_index, i, digest), signature)))
+        _last_list_check[:] = [listing, bad]
+    return _last_list_check[1]
 
 
 _last_roster_check: list = [None, b"", ()]  # [the last roster object, the list hash, its bad entries]
@@ -256,10 +273,9 @@ class SecAggSilo(SiloProtocol):
         strangers = sorted((set(participants) - self._registry.keys()) | (inbound.commitments.keys() - set(participants)))
         if strangers:
             raise ProtocolStateError(f"{self._who()}: the commitment list names unregistered or unsampled silos {strangers[:10]}")
-        bad = sorted(i for i, (digest, signature) in inbound.commitments.items()
-                     if not verified(self._registry[i], commitment_message(round_index, i, digest), signature))
+        bad = _unsigned_commitments(inbound, self._registry)
         if bad:
-            raise ProtocolStateError(f"{self._who()}: the commitments relayed for silos {bad[:10]} do not carry their signature")
+            raise ProtocolStateError(f"{self._who()}: the commitments relayed for silos {list(bad[:10])} do not carry their signature")
         state.commitments = inbound
         state.listed = list_digest(round_index, participants, inbound.commitments)
         state.next_step = SecAggStage.SHARE_KEYS.name
@@ -340,9 +356,6 @@ class SecAggSilo(SiloProtocol):
             )
         if self.may_lie:
             state.graph, state.participants = self._check_neighbourhood(state, inbound, expected), inbound.participants
-        invalid = sorted(peer for peer, pair in inbound.keys.items() if not all(map(valid_public_key, pair)))
-        if invalid:
-            raise ProtocolStateError(f"{self._who()}: the server relayed invalid or low-order keys of silos {invalid[:10]}")
         state.threshold, state.keys = expected.threshold, dict(inbound.keys)
         state.agree(self.silo_id)
         holders = sorted(state.keys)
