@@ -5,6 +5,7 @@ exactly one kind of share of each silo, and removes the masks."""
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass, field
 from typing import ClassVar, Collection, Mapping
 
@@ -17,7 +18,7 @@ from protocols.base import (
     check_round_index,
     collect_round_messages,
 )
-from protocols.fixed_point import FixedPointCodec
+from protocols.fixed_point import EncodingOverflowError, FixedPointCodec
 from protocols.secure_aggregation.graph import connected, round_graph
 from protocols.secure_aggregation.limits import check_count, check_minimum
 from protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
@@ -50,7 +51,14 @@ from protocols.secure_aggregation.parameters import (
     ServerModel,
     dropped_silos,
 )
-from protocols.secure_aggregation.sharing import Share, mask_private_key, public_bytes, recover, valid_public_key
+from protocols.secure_aggregation.sharing import (
+    Share,
+    consistent,
+    mask_private_key,
+    public_bytes,
+    recover,
+    valid_public_key,
+)
 from protocols.secure_aggregation.signatures import (
     advertisement_message,
     commitment_message,
@@ -99,11 +107,36 @@ class _Round:
         return frozenset(filter(among.__contains__, self.graph[silo_id])) | {silo_id}
 
 
-def _recover(shares: list[Share], *, threshold: int, owner: int) -> bytes:
-    try:
-        return recover(shares, threshold=threshold)
-    except ValueError as error:
-        raise ProtocolStateError(f"server: the shares of silo {owner}'s seed are inconsistent: {error}") from None
+SEARCHED_SUBSETS = 256
+"""How many ``t``-subsets of a seed's shares the server tries when the shares disagree."""
+
+
+def _rebuild(held: list[tuple[int, Share]], *, threshold: int, owner: int, kind: str, round_index: int,
+             matches=lambda secret: True) -> bytes:
+    """The seed behind ``held`` (``(holder, share)`` pairs): from the first ``threshold`` shares when every surplus
+    share lies on their polynomial and the secret ``matches`` (a mask seed: its public key); else from a subset
+    of ``threshold`` shares whose polynomial holds a majority beyond unique decoding (with ``m`` shares, all but
+    ``(m - t) // 2``) and whose secret matches, searched over up to ``SEARCHED_SUBSETS`` subsets. Raises
+    ``RoundAbandoned`` naming the holders whose shares disagree when none is found: a wrong share never becomes a
+    wrong sum."""
+    shares = [share for _, share in held]
+    needed = len(held) - (len(held) - threshold) // 2
+    first = list(range(threshold))
+    for chosen in itertools.islice(itertools.chain([first], itertools.combinations(range(len(held)), threshold)), SEARCHED_SUBSETS):
+        ordered = [shares[i] for i in chosen] + [shares[i] for i in range(len(held)) if i not in chosen]
+        try:
+            secret = recover(ordered, threshold=threshold)
+        except ValueError:
+            continue
+        flags = consistent(ordered, threshold=threshold)
+        if (sum(flags) >= needed or all(flags)) and matches(secret):
+            return secret
+    agreeing = consistent(shares, threshold=threshold)
+    suspects = sorted(holder for (holder, _), ok in zip(held, agreeing) if not ok) or sorted(holder for holder, _ in held)
+    raise RoundAbandoned(
+        f"round {round_index}: the shares of silo {owner}'s {kind} seed do not fit together; suspect share holders "
+        f"{suspects[:10]} (a protocol fault: the round is abandoned rather than unmasked wrongly)"
+    )
 
 
 class SecAggServer(ServerProtocol):
@@ -427,9 +460,9 @@ class SecAggServer(ServerProtocol):
 
     def _collect_shares(
         self, state: _Round, unmasking: Mapping[int, object]
-    ) -> tuple[dict[int, list[Share]], dict[int, list[Share]]]:
-        self_masks: dict[int, list[Share]] = {}
-        mask_seeds: dict[int, list[Share]] = {}
+    ) -> tuple[dict[int, list[tuple[int, Share]]], dict[int, list[tuple[int, Share]]]]:
+        self_masks: dict[int, list[tuple[int, Share]]] = {}
+        mask_seeds: dict[int, list[tuple[int, Share]]] = {}
         for silo_id, reply in unmasking.items():
             request = state.requests.get(silo_id)
             if request is None:
@@ -443,9 +476,9 @@ class SecAggServer(ServerProtocol):
             ):
                 raise ProtocolStateError(f"server: silo {silo_id} did not answer its unmasking request {request!r}")
             for owner, share in reply.self_mask_shares.items():
-                self_masks.setdefault(owner, []).append(share)
+                self_masks.setdefault(owner, []).append((silo_id, share))
             for owner, share in reply.mask_seed_shares.items():
-                mask_seeds.setdefault(owner, []).append(share)
+                mask_seeds.setdefault(owner, []).append((silo_id, share))
         return self_masks, mask_seeds
 
     def combine(
@@ -488,21 +521,29 @@ class SecAggServer(ServerProtocol):
         for masked in vectors:
             total += masked.data
         self_mask_keys = [
-            self_mask_key(_recover(self_mask_shares[silo_id], threshold=threshold, owner=silo_id), silo_id=silo_id,
-                          round_index=round_index)
+            self_mask_key(_rebuild(self_mask_shares[silo_id], threshold=threshold, owner=silo_id, kind="self-mask",
+                                   round_index=round_index), silo_id=silo_id, round_index=round_index)
             for silo_id in sorted(self_masks)
         ]
         plus, minus = [], []  # the pairwise masks between uploaders and silos that shared but did not upload
         for dropped in sorted(mask_seeds):
-            private_key = mask_private_key(
-                _recover(mask_seed_shares[dropped], threshold=threshold, owner=dropped), silo_id=dropped, round_index=round_index
-            )
-            if public_bytes(private_key) != state.keys[dropped][0]:
-                raise ProtocolStateError(f"server: the mask seed recovered for silo {dropped} does not match its key")
+            def matches(seed: bytes, owner: int = dropped) -> bool:
+                return public_bytes(mask_private_key(seed, silo_id=owner, round_index=round_index)) == state.keys[owner][0]
+
+            seed = _rebuild(mask_seed_shares[dropped], threshold=threshold, owner=dropped, kind="mask",
+                            round_index=round_index, matches=matches)
+            private_key = mask_private_key(seed, silo_id=dropped, round_index=round_index)
             for peer in sorted(mask_seeds[dropped]):  # uploaders that masked with the dropped silo
                 key = derive_pairwise_key(private_key=private_key, peer_public_key=state.keys[peer][0],
                                           own_id=dropped, peer_id=peer)
                 (minus if peer < dropped else plus).append(key)
         total += mask_sum(plus, minus + self_mask_keys, round_index=round_index, length=total.size)
         self._round, self.summed = None, tuple(sorted(state.uploaded))
-        return self.codec.decode(total, summands=len(vectors))
+        try:
+            return self.codec.decode(total, summands=len(vectors))
+        except EncodingOverflowError as error:  # in-range encodings of <= max_summands silos never overflow
+            raise RoundAbandoned(
+                f"round {round_index}: the unmasked sum is out of range ({error}): a silo uploaded a vector it did not "
+                "encode within the codec's range, or a share holder sent a wrong share; a protocol fault, so the round "
+                "is abandoned (protocol.fractional_bits is not the cause)"
+            ) from None

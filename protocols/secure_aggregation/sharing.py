@@ -101,6 +101,24 @@ def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
     return secret.to_bytes(SEED_BYTES, "big")
 
 
+def consistent(shares: Sequence[Share], *, threshold: int) -> list[bool]:
+    """For each share, whether it lies on the polynomial of degree ``threshold - 1`` through the first
+    ``threshold`` shares (those are consistent by definition): the check of surplus shares."""
+    base = list(shares[:threshold])
+    flags = [True] * len(base)
+    for x, value in shares[threshold:]:
+        total = 0
+        for j, (x_j, y_j) in enumerate(base):
+            numerator, denominator = 1, 1
+            for m, (x_m, _) in enumerate(base):
+                if m != j:
+                    numerator = numerator * (x - x_m) % PRIME
+                    denominator = denominator * (x_j - x_m) % PRIME
+            total += int.from_bytes(y_j, "big") * numerator * pow(denominator, -1, PRIME)
+        flags.append(total % PRIME == int.from_bytes(value, "big"))
+    return flags
+
+
 @functools.lru_cache(maxsize=4096)
 def _lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
     """``l_j(0) = prod_{m != j} x_m / (x_m - x_j)`` mod ``p`` for share indices ``x``."""
