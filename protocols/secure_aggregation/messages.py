@@ -7,7 +7,7 @@ and an engine can record them as the server's view.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -98,14 +98,13 @@ class NeighbourKeys(ReadOnlyMappings):
     ``participants`` is the round's number of sampled silos, from which the silo re-derives the graph degree
     and threshold it expects (``round_parameters``).
 
-    When the server may lie it also relays the signatures of those keys (``signatures``) and the ``roster``,
-    from which the silo recomputes the round's graph and checks that ``keys`` holds exactly its neighbours."""
+    When the server may lie it also relays the ``roster`` (every signed key of the round), from which the silo
+    recomputes the round's graph and checks that ``keys`` holds exactly its neighbours."""
 
     round_index: int
     participants: int
     threshold: int
     keys: Mapping[int, tuple[bytes, bytes]]
-    signatures: Mapping[int, bytes] = field(default_factory=dict)
     roster: "RoundRoster | None" = None
 
 
