@@ -3,6 +3,7 @@ plain summation. Pure protocol code: no Ray; each round is driven by the engine'
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import itertools
 import math
@@ -493,8 +494,9 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
     with pytest.raises(ProtocolStateError, match="needs this round's NeighbourKeys"):
         silos[0].round_reply(SecAggStage.SHARE_KEYS, "no keys", round_index=1)
     shares = {i: s.round_reply(SecAggStage.SHARE_KEYS, keys[i], round_index=1) for i, s in silos.items()}
-    with pytest.raises(ProtocolStateError, match="did not send shares for exactly"):
-        server.round_relay(SecAggStage.SHARE_KEYS, {**shares, 3: shares[2]}, round_index=1)
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # a silo sending shares for others than its neighbours counts as dropped
+    assert 3 not in twin.round_relay(SecAggStage.SHARE_KEYS, {**shares, 3: shares[2]}, round_index=1)
     bundles = server.round_relay(SecAggStage.SHARE_KEYS, shares, round_index=1)
     tampered = type(bundles[0])(round_index=1, ciphertexts={1: bundles[0].ciphertexts[2], 2: bundles[0].ciphertexts[2], 3: bundles[0].ciphertexts[3]})
     with pytest.raises(ProtocolStateError, match="do not authenticate"):
@@ -515,8 +517,10 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
         server.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
     requests = server.unmask_requests(messages, round_index=1)
     replies = {i: s.unmask_reply(requests[i], round_index=1) for i, s in silos.items()}
-    with pytest.raises(ProtocolStateError, match="did not answer its unmasking request"):
-        server.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking={**replies, 3: replies[2]})
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # a reply that answers another request counts as no answer
+    np.testing.assert_array_equal(
+        twin.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking={**replies, 3: replies[2]}), np.full(2, 4.0))
     with pytest.raises(ProtocolStateError, match="but the requests went to"):
         server.combine(messages, round_index=1, participants=(0, 1, 2), unmasking=replies)
     np.testing.assert_array_equal(server.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking=replies), np.full(2, 4.0))

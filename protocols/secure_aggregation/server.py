@@ -269,8 +269,8 @@ class SecAggServer(ServerProtocol):
         if not all(map(valid_public_key, keys)):
             return False
         return not self.may_lie or (
-            key_digest(state.round_index, silo_id, *keys) == state.commitments[silo_id][0]
-            and verified(self.registry[silo_id], advertisement_message(state.round_index, silo_id, *keys, state.listed),
+            key_digest(state.round_index, silo_id, *keys) == state.commitments.get(silo_id, (b"",))[0]
+            and verified(self.registry.get(silo_id, b""), advertisement_message(state.round_index, silo_id, *keys, state.listed),
                          message.signature))
 
     def _relay_keys(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, NeighbourKeys]:
@@ -278,8 +278,6 @@ class SecAggServer(ServerProtocol):
         are invalid (e.g. of low order) counts as dropped; when the silos assume a server that may lie, a committed
         silo that reveals no keys or keys that fail their commitment ends the round instead, naming it (dropping it
         would let the server choose whose keys the graph seed hashes)."""
-        if self.may_lie and not inbound.keys() <= state.commitments.keys():
-            raise ProtocolStateError(f"server: keys from silos {sorted(inbound.keys() - state.commitments.keys())} that did not commit")
         valid = {silo_id for silo_id, message in inbound.items() if self._valid_advertisement(state, silo_id, message)}
         if self.may_lie and valid != state.commitments.keys():
             failed = sorted(state.commitments.keys() - valid)
@@ -307,16 +305,14 @@ class SecAggServer(ServerProtocol):
         }
 
     def _relay_shares(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, ShareBundle]:
-        if not inbound.keys() <= state.keys.keys():
-            raise ProtocolStateError(f"server: shares from silos {sorted(inbound.keys() - state.keys.keys())} that advertised no keys")
-        for silo_id, message in inbound.items():
-            expected = state.share_set(silo_id, state.keys) - {silo_id}
-            if (
-                not isinstance(message, EncryptedShares)
-                or (message.sender, message.round_index) != (silo_id, state.round_index)
-                or message.ciphertexts.keys() != expected
-            ):
-                raise ProtocolStateError(f"server: silo {silo_id} did not send shares for exactly {sorted(expected)}")
+        """``SHARE_KEYS``: relay each ciphertext to its addressee. A silo that advertised no keys or did not send
+        shares for exactly its neighbours counts as dropped (it sits the round out), so no single silo stops it."""
+        inbound = {
+            silo_id: message for silo_id, message in inbound.items()
+            if silo_id in state.keys and isinstance(message, EncryptedShares)
+            and (message.sender, message.round_index) == (silo_id, state.round_index)
+            and message.ciphertexts.keys() == state.share_set(silo_id, state.keys) - {silo_id}
+        }
         state.shared, state.holders = frozenset(inbound), {}
         self._require_threshold(state, inbound.keys(), "shared")
         state.next_step = SecAggStage.COLLECT_SHARES.name
@@ -421,10 +417,9 @@ class SecAggServer(ServerProtocol):
         }
 
     def _signatures(self, state: _Round, replies: Mapping[int, object], message: bytes, among: frozenset[int]) -> dict[int, bytes]:
-        for silo_id, reply in replies.items():
-            if not isinstance(reply, ConsistencySignature) or (reply.sender, reply.round_index) != (silo_id, state.round_index):
-                raise ProtocolStateError(f"server: silo {silo_id} did not sign the uploaders of round {state.round_index}")
-        signatures = {i: reply.signature for i, reply in replies.items() if i in among}
+        """The valid signatures of ``message`` among ``replies`` by members of ``among`` (any other reply: unsigned)."""
+        signatures = {i: reply.signature for i, reply in replies.items() if i in among and isinstance(reply, ConsistencySignature)
+                      and (reply.sender, reply.round_index) == (i, state.round_index)}
         return {i: signatures[i] for i in sorted(valid_signers(self.registry, message, signatures))}
 
     def unmask_follow_up(self, replies: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
@@ -474,7 +469,7 @@ class SecAggServer(ServerProtocol):
                 or reply.self_mask_shares.keys() != uploaded
                 or reply.mask_seed_shares.keys() != state.share_set(silo_id) - uploaded
             ):
-                raise ProtocolStateError(f"server: silo {silo_id} did not answer its unmasking request {request!r}")
+                continue  # a reply that does not answer its request counts as no answer (too few: abandoned)
             for owner, share in reply.self_mask_shares.items():
                 self_masks.setdefault(owner, []).append((silo_id, share))
             for owner, share in reply.mask_seed_shares.items():

@@ -333,7 +333,7 @@ class SecAggSilo(SiloProtocol):
 
     def _share(self, inbound: object | None, round_index: int) -> EncryptedShares | None:
         state = self._current(round_index, SecAggStage.SHARE_KEYS.name)
-        if inbound is None and not self.may_lie:  # the server dropped this silo (it refused its keys): sit out
+        if inbound is None:  # the server dropped this silo (it refused its keys): it sits the round out
             state.next_step = _SAT_OUT
             return None
         if not isinstance(inbound, NeighbourKeys) or inbound.round_index != round_index:
@@ -370,7 +370,8 @@ class SecAggSilo(SiloProtocol):
         return EncryptedShares(sender=self.silo_id, round_index=round_index, ciphertexts=ciphertexts)
 
     def _collect(self, inbound: object | None, round_index: int) -> None:
-        if self._round is not None and self._round.next_step == _SAT_OUT and inbound is None:
+        if self._round is not None and self._round.next_step in (_SAT_OUT, SecAggStage.COLLECT_SHARES.name) and inbound is None:
+            self._round.next_step = _SAT_OUT  # the server dropped this silo (keys or shares refused): it sits out
             return None
         state = self._current(round_index, SecAggStage.COLLECT_SHARES.name)
         if not isinstance(inbound, ShareBundle) or inbound.round_index != round_index:
