@@ -142,8 +142,11 @@ def _rebuild(held: list[tuple[int, Share]], *, threshold: int, owner: int, kind:
 class SecAggServer(ServerProtocol):
     """Server side (see the package docstring). ``neighbours``, ``threshold``, ``corrupt_fraction``,
     ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
-    register identity keys at set-up (``setup_stages``) and unmasking takes the consistency round
-    (``unmask_follow_up``); the server here follows the protocol either way."""
+    register identity keys at set-up (``setup_stages``), every round starts with ``COMMIT_KEYS`` and unmasking
+    takes the two consistency exchanges (``unmask_follow_up``); the server here follows the protocol either way.
+    ``summed`` names the silos the last ``combine`` summed. A silo whose keys, shares, signatures or replies are
+    malformed counts as dropped; no single silo ends a run (with ``may_lie``, a committed silo that reveals no
+    valid keys ends the round, named)."""
 
     setup_stages: tuple[enum.Enum, ...] = ()
     survives_missing_uploads: ClassVar[bool] = True
