@@ -171,9 +171,10 @@ class SecAggSilo(SiloProtocol):
     only in tests; Shamir's polynomial coefficients come from it too). The silo masks only for rounds of
     at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
     relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size (out of
-    ``federation`` silos). With ``server="may_lie"`` it registers an identity key at set-up, signs its round
-    keys, checks its neighbours' signatures and its neighbourhood against the graph, and reveals shares only
-    after the consistency round (``signatures.py``).
+    ``federation`` silos). With ``server="may_lie"`` it registers an identity key at set-up, commits to its round
+    keys before revealing them, checks every roster entry against the registry and the commitments and its
+    neighbourhood against the graph, signs only claims that name no neighbour it did not mask with, and reveals
+    shares only after the two consistency exchanges (``signatures.py``).
     """
 
     def __init__(
