@@ -1252,3 +1252,23 @@ def test_a_wrong_share_is_outvoted_by_surplus_shares_or_abandons_the_round_namin
     result = run_round(silos, server, vectors, round_index=0, drops={6: "protect", 0: "unmask", 1: "unmask"})
     assert result.abandoned is not None and "silo 6's mask seed do not fit together" in str(result.abandoned)
     assert "fractional_bits" not in str(result.abandoned).split("(a protocol fault")[0]
+
+
+def test_signatures_replayed_from_another_round_count_for_nothing() -> None:
+    """Every statement names its round and graph seed: signatures of the same claimed uploaders from round 0,
+    replayed in round 1, leave a silo with no co-signers, so it refuses to sign (and never reveals)."""
+    n = 8
+    silos, server = federation(n, neighbours=4, server="may_lie", dropout_rate=0.25)
+    vectors = random_vectors(n, np.random.default_rng(5))
+    everybody = tuple(range(n))
+    old = {}
+    for round_index in (0, 1):
+        through_uploads(silos, server, vectors, round_index=round_index)
+        claim = ConsistencyRequest(round_index, everybody)
+        fresh = {i: s.unmask_reply(claim, round_index=round_index).signature for i, s in silos.items()}
+        if round_index == 0:
+            old = fresh
+            continue
+        with pytest.raises(ProtocolStateError, match="a round of 1 participant"):  # only itself left
+            silos[0].unmask_reply(SignedUploaders(1, old), round_index=1)
+        assert isinstance(silos[1].unmask_reply(SignedUploaders(1, fresh), round_index=1), ConsistencySignature)
