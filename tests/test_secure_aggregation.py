@@ -1272,3 +1272,35 @@ def test_signatures_replayed_from_another_round_count_for_nothing() -> None:
         with pytest.raises(ProtocolStateError, match="a round of 1 participant"):  # only itself left
             silos[0].unmask_reply(SignedUploaders(1, old), round_index=1)
         assert isinstance(silos[1].unmask_reply(SignedUploaders(1, fresh), round_index=1), ConsistencySignature)
+
+
+def test_a_share_at_the_wrong_index_counts_as_not_received_and_its_sender_as_dropped(monkeypatch) -> None:
+    """With may_lie a silo checks each share's index against its rank in the sender's share set: shares a sender
+    deals at shifted indices count as not received (no exception), the receivers do not mask with it, and they
+    sign no claim naming it, only one that counts it as dropped."""
+    import protocols.secure_aggregation.silo as silo_module
+
+    n = 10
+    silos, server = federation(n, neighbours=4, server="may_lie", dropout_rate=0.2)
+    honest_split, bad = silo_module.split, silos[4]
+    share_honestly = bad._share
+
+    def share_shifted(inbound, round_index):
+        def shifted(secret, **kwargs):
+            return {h: (index + 1, value) for h, (index, value) in honest_split(secret, **kwargs).items()}
+        monkeypatch.setattr(silo_module, "split", shifted)
+        try:
+            return share_honestly(inbound, round_index)
+        finally:
+            monkeypatch.setattr(silo_module, "split", honest_split)
+
+    bad._share = share_shifted
+    participants = tuple(range(n))
+    through_uploads(silos, server, random_vectors(n, np.random.default_rng(3)))
+    neighbours = sorted(set(bad._round.keys) - {4})
+    assert neighbours and all(4 not in silos[i]._round.shares for i in neighbours)
+    with pytest.raises(ProtocolStateError, match=r"name neighbours \[4\] whose shares it never received"):
+        silos[neighbours[0]].unmask_reply(ConsistencyRequest(0, participants), round_index=0)
+    other = silos[neighbours[1]]
+    claim = tuple(i for i in participants if i != 4)
+    assert isinstance(other.unmask_reply(ConsistencyRequest(0, claim), round_index=0), ConsistencySignature)

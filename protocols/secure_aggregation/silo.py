@@ -381,12 +381,19 @@ class SecAggSilo(SiloProtocol):
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
         for peer, ciphertext in inbound.ciphertexts.items():
-            mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
-            if self.may_lie:  # its share set in the round's graph, and this silo's share at its rank there
+            if not self.may_lie:
+                mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
+            else:
+                # A ciphertext that does not open, or a share not for its sender's share set in the round's graph
+                # at this silo's rank there, counts as not received: this silo does not mask with the sender and
+                # will sign no claim naming it (_sign_uploaders), so a bad sender drops out instead of ending the run.
+                try:
+                    mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
+                except ProtocolStateError:
+                    continue
                 expected = tuple(sorted({peer, *(q for q in state.graph[peer] if q in state.advertisers)}))
                 if holders != expected or mask_seed_share[0] != expected.index(self.silo_id) + 1:
-                    raise ProtocolStateError(f"{self._who()}: silo {peer} sent a share for holders {list(holders)[:10]} at "
-                                             f"index {mask_seed_share[0]}, not its share set in the round's graph")
+                    continue
             state.shares[peer], state.holders[peer] = (mask_seed_share, self_mask_share), holders
         if len(state.shares) < state.threshold:
             raise ProtocolStateError(
