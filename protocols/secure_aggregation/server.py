@@ -121,15 +121,14 @@ def _rebuild(held: list[tuple[int, Share]], *, threshold: int, owner: int, kind:
     wrong sum."""
     shares = [share for _, share in held]
     needed = len(held) - (len(held) - threshold) // 2
-    first = list(range(threshold))
-    for chosen in itertools.islice(itertools.chain([first], itertools.combinations(range(len(held)), threshold)), SEARCHED_SUBSETS):
+    for chosen in itertools.islice(itertools.combinations(range(len(held)), threshold), SEARCHED_SUBSETS):
         ordered = [shares[i] for i in chosen] + [shares[i] for i in range(len(held)) if i not in chosen]
         try:
             secret = recover(ordered, threshold=threshold)
         except ValueError:
             continue
         flags = consistent(ordered, threshold=threshold)
-        if (sum(flags) >= needed or all(flags)) and matches(secret):
+        if sum(flags) >= needed and matches(secret):
             return secret
     agreeing = consistent(shares, threshold=threshold)
     suspects = sorted(holder for (holder, _), ok in zip(held, agreeing) if not ok) or sorted(holder for holder, _ in held)
