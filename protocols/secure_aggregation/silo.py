@@ -147,6 +147,28 @@ def _unsigned_commitments(listing: CommitmentList, registry: dict[int, bytes]) -
     return _last_list_check[1]
 
 
+_last_claim: list = [None, None, None, (), True]  # [claim, roster silos, graph, their strangers, connected]
+
+
+def _claim_facts(uploaded: tuple[int, ...], advertisers: frozenset[int], graph: dict) -> tuple[list[int], bool]:
+    """The members of a claim outside the roster and whether the graph connects it, remembered for the last claim
+    (every silo of a worker is told the same one, and the graph is one shared object there)."""
+    if _last_claim[0] != uploaded or _last_claim[1] != advertisers or _last_claim[2] is not graph:
+        _last_claim[:] = [uploaded, advertisers, graph, sorted(set(uploaded) - advertisers),
+                          connected(frozenset(uploaded), graph)]
+    return _last_claim[3], _last_claim[4]
+
+
+_last_list: list = [None, b""]  # [the last commitment list object, its hash]
+
+
+def _list_digest(listing: CommitmentList) -> bytes:
+    """``signatures.list_digest`` of a commitment list, remembered for the last list object."""
+    if _last_list[0] is not listing:
+        _last_list[:] = [listing, list_digest(listing.round_index, listing.participants, listing.commitments)]
+    return _last_list[1]
+
+
 _last_roster_check: list = [None, b"", ()]  # [the last roster object, the list hash, its bad entries]
 
 
@@ -278,7 +300,7 @@ class SecAggSilo(SiloProtocol):
         if bad:
             raise ProtocolStateError(f"{self._who()}: the commitments relayed for silos {list(bad[:10])} do not carry their signature")
         state.commitments = inbound
-        state.listed = list_digest(round_index, participants, inbound.commitments)
+        state.listed = _list_digest(inbound)
         state.next_step = SecAggStage.SHARE_KEYS.name
         return RoundKeyAdvertisement(
             sender=self.silo_id, round_index=round_index, mask_public_key=state.public_keys[0],
@@ -503,7 +525,7 @@ class SecAggSilo(SiloProtocol):
         (``parameters.py`` bounds what ``d`` dropouts it places can still do)."""
         if self.silo_id not in uploaded:
             raise ProtocolStateError(f"{self._who()}: the {what} {list(uploaded)[:10]} omit this silo")
-        strangers = sorted(set(uploaded) - state.advertisers)
+        strangers, joined = _claim_facts(uploaded, state.advertisers, state.graph)
         if strangers:
             raise ProtocolStateError(f"{self._who()}: the {what} name silos {strangers[:10]} outside the round's roster")
         check_count(len(uploaded), min_participants=self.min_participants, codec=self.codec, who=self._who())
@@ -513,7 +535,7 @@ class SecAggSilo(SiloProtocol):
                 f"{self._who()}: the server claims {lost} of the round's {state.participants} silos are not among the "
                 f"{what}, more than protocol.dropout_rate = {self.settings.dropout_rate} allows ({allowed}); it signs nothing"
             )
-        if not connected(frozenset(uploaded), state.graph):
+        if not joined:
             raise ProtocolStateError(f"{self._who()}: the {what} are not connected in the round's graph; it signs nothing")
 
     def _check_agreement(self, state: _Round, request: ConfirmedUploaders) -> None:
