@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 from mechanisms.events import PrivacyEvent
 
@@ -93,6 +93,17 @@ class MechanismParams(BaseModel):
         """Why FedProx's proximal term (``federation.proximal_mu`` > 0) is not meaningful with these parameters, or
         None: it needs local training that takes steps from the global model (see mechanisms.proximal)."""
         return None
+
+
+def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInfo) -> str:
+    """A field validator for ``accountant`` (declared after ``delta``): PLD's float64 composition is not trusted
+    below ``mechanisms.pld.SMALLEST_DELTA``, so ``accountant: pld`` with a smaller delta is refused with one line.
+    Declared in a params class as ``field_validator("accountant")(pld_needs_its_smallest_delta)``."""
+    if accountant == "pld" and "delta" in info.data:
+        from mechanisms.pld import check_pld_delta
+
+        check_pld_delta(info.data["delta"])
+    return accountant
 
 
 @dataclass(frozen=True)
