@@ -226,6 +226,11 @@ class PrivacyAccountant(ABC):
     def record(self, silo_id: int, event: PrivacyEvent) -> None:
         """Add one event of one silo; reject an unsupported event before changing any state."""
 
+    def round_held(self, round_index: int, *, client_rate: float) -> None:
+        """The server held round ``round_index`` at client rate ``client_rate``, whether silos uploaded, the round
+        was skipped or abandoned. Accountants whose guarantee is amplified by the server's client sampling count
+        every held round (the sample's coins are spent even when nobody was drawn); the others ignore it."""
+
     @abstractmethod
     def report(self) -> dict[str, Any]:
         """JSON-ready report: at least ``epsilon`` (None when there is no guarantee) and ``delta``."""

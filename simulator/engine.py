@@ -451,6 +451,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
+            accountant.round_held(round_index, client_rate=scenario.federation.client_rate)
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
             records.append(
