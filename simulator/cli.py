@@ -133,11 +133,13 @@ def _add_ray_options(command: argparse.ArgumentParser) -> None:
 def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | None:
     """``--address``, else the scenario's ``ray.address`` (``configured``), else the local pool's head if it runs
     (saying so in one line), else None: Ray of the command's own."""
-    from simulator.local_pool import address_for_command
+    from simulator.local_pool import address_for_command, exit_when_stopped, serving
 
     address, note = address_for_command(args.address or configured)
     if note:
         print(f"privsilo: {note}", flush=True)
+    if (pool := serving(address)) is not None:
+        exit_when_stopped(pool, lambda why: print(f"privsilo: error: {why}; {_after_interrupt(args)}", file=sys.stderr))
     return address
 
 
@@ -443,9 +445,10 @@ def _local_pool_command(command: str) -> int:
         print(f"the local pool is not usable: {reason} (log: {local_pool.log_path()}); `privsilo pool stop` clears it")
         return 0
     print(local_pool.describe(state))
+    local_pool.use_credentials()
     join_cluster(state.address, connect_timeout=local_pool.REACH_TIMEOUT_S, field="local pool")
     try:
-        print(status_table())
+        print(status_table(local=True))
     finally:
         ray.shutdown()
     return 0
@@ -467,8 +470,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from simulator.driver_protocol import delegate
         from simulator.local_pool import state_dir
 
+        def after_lost_driver() -> str:  # what the command left, as far as its command line tells
+            args.run_dir = getattr(args, "out", None) or getattr(args, "directory", None)
+            return _after_interrupt(args)
+
         try:
-            if (code := delegate(argv, state_dir=state_dir())) is not None:
+            if (code := delegate(argv, state_dir=state_dir(), after_lost_driver=after_lost_driver)) is not None:
                 return code
         except KeyboardInterrupt:  # before the driver took the command: a driver that did sees the caller leave
             print("privsilo: interrupted; no results were written", file=sys.stderr)

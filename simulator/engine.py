@@ -46,7 +46,7 @@ from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
 from simulator.detached_pool import pool_for
-from simulator.worker_pool import ActorShape
+from simulator.worker_pool import ActorShape, WorkerPool, wait_until_scheduled
 
 ACTOR_START_TIMEOUT_S = 300
 HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray gives the head node one unit of it
@@ -71,7 +71,9 @@ def run(
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
     empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
     (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
+    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``). ``address``:
+    the Ray head to join for this run alone; summary.json and the checkpoint record it as ``ray.address``, but a
+    resume joins the head its own command gives (a local pool's head may be gone by then).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
@@ -87,6 +89,7 @@ def run(
     if scenario.audit is not None and canaries is None:
         raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
                             "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
+    given = scenario.explicit_dict()  # what a resume runs: not the head it ran on (a local pool's lives no longer)
     if address:
         scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
@@ -97,7 +100,7 @@ def run(
         tracking_dir = Path(out_dir) / TENSORBOARD_DIR
     output = LiveOutput(fresh=None if resume or out_dir is None else Path(out_dir), log=log if tracking_dir else (),
                         tracking_dir=tracking_dir, resume_with={"overrides": list(invocation["overrides"]), "log": list(log),
-                                                          "scenario": scenario.explicit_dict()})
+                                                          "scenario": given})
     with ExitStack() as held:
         for directory in dict.fromkeys(Path(d) for d in (out_dir, checkpoints) if d is not None):
             held.enter_context(locked(directory))
@@ -284,7 +287,7 @@ class Federation:
             seed=seeds["server"],
         )
         try:
-            infos, construction = _wait_for_workers(hosting)
+            infos, construction = _wait_for_workers(hosting, self._pool)
             ray.get(opened)
         except ray.exceptions.RayTaskError as exc:
             if (error := _user_code_error(scenario, exc)) is None:
@@ -367,7 +370,7 @@ class Federation:
         for index in crashed_workers:
             self._wait_until_alive(index, started=started, round_index=round_index)
         try:
-            infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers])
+            infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers], self._pool)
             self._note_nodes(infos)
             ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
@@ -403,7 +406,7 @@ class Federation:
         """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
-        pool = pool_for(self.scenario.ray)
+        pool = self._pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)
 
         def hand_back() -> None:  # actors of a federation that never got ready may not even be scheduled
@@ -508,6 +511,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
+            accountant.round_held(round_index, client_rate=scenario.federation.client_rate)
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
             records.append(
@@ -610,13 +614,17 @@ def _protocol_timing(setup: Mapping[str, float], records: Sequence[RoundRecord])
     }
 
 
-def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
-    """Every hosted silo's info, and the longest time a worker spent constructing its silos."""
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
+def _wait_for_workers(refs: list[Any], pool: WorkerPool) -> tuple[list[SiloInfo], float]:
+    """Every hosted silo's info, and the longest time a worker spent constructing its silos (waiting while other
+    runs hold the pool's actors: ``simulator.worker_pool.wait_until_scheduled``)."""
+    ready, pending, held = wait_until_scheduled(refs, pool=pool, timeout=ACTOR_START_TIMEOUT_S)
     if pending:
+        free = ray.available_resources()
         raise PrivsiloError(
             f"resources: only {len(ready)} of {len(refs)} silo worker actors could be scheduled within "
-            f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
+            f"{ACTOR_START_TIMEOUT_S} s; free: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs; pending: "
+            f"{len(pending)} silo worker actors; held by this run: {len(ready)} silo worker actors and its server; "
+            f"held by other runs: {held}"
         )
     try:
         replies = ray.get(refs)
