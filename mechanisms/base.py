@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 from mechanisms.events import PrivacyEvent
 
@@ -98,6 +98,17 @@ class MechanismParams(BaseModel):
         """Why FedProx's proximal term (``federation.proximal_mu`` > 0) is not meaningful with these parameters, or
         None: it needs local training that takes steps from the global model (see mechanisms.proximal)."""
         return None
+
+
+def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInfo) -> str:
+    """A field validator for ``accountant`` (declared after ``delta``): PLD's float64 composition is not trusted
+    below ``mechanisms.pld.SMALLEST_DELTA``, so ``accountant: pld`` with a smaller delta is refused with one line.
+    Declared in a params class as ``field_validator("accountant")(pld_needs_its_smallest_delta)``."""
+    if accountant == "pld" and "delta" in info.data:
+        from mechanisms.pld import check_pld_delta
+
+        check_pld_delta(info.data["delta"])
+    return accountant
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,11 @@ class PrivacyAccountant(ABC):
     @abstractmethod
     def record(self, silo_id: int, event: PrivacyEvent) -> None:
         """Add one event of one silo; reject an unsupported event before changing any state."""
+
+    def round_held(self, round_index: int, *, client_rate: float) -> None:
+        """The server held round ``round_index`` at client rate ``client_rate``, whether silos uploaded, the round
+        was skipped or abandoned. Accountants whose guarantee is amplified by the server's client sampling count
+        every held round (the sample's coins are spent even when nobody was drawn); the others ignore it."""
 
     @abstractmethod
     def report(self) -> dict[str, Any]:

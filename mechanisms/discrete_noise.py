@@ -35,11 +35,14 @@ EXP_MARGIN = 2.0**-40
 
 _UNIT = 2.0**-53
 
+SMALLEST_SIGMA = 1e-100
+"""The smallest positive sigma taken: the float64 shortcut squares sigma, which underflows to 0 near 1e-162."""
+
 
 def _words(source: Any, count: int) -> np.ndarray:
     """``count`` uniform 64-bit words from a numpy Generator or a ``bytes(count)`` source."""
-    if isinstance(source, np.random.Generator):
-        return source.bit_generator.random_raw(count).astype(np.uint64, copy=False)
+    if isinstance(source, np.random.Generator):  # full 64-bit words whatever the bit generator's native width
+        return source.integers(0, 2**64, size=count, dtype=np.uint64)
     return np.frombuffer(source.bytes(8 * count), dtype="<u8").astype(np.uint64)
 
 
@@ -128,8 +131,8 @@ def _accept(top53: np.ndarray, magnitude: np.ndarray, sigma_sq: Fraction, t: int
 def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     """``size`` independent draws of ``N_Z(0, sigma^2)`` (int64) from the words of ``source`` (see the module
     docstring); ``sigma = 0`` gives zeros."""
-    if not (math.isfinite(sigma) and sigma >= 0.0):
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    if not (math.isfinite(sigma) and (sigma == 0.0 or sigma >= SMALLEST_SIGMA)):
+        raise ValueError(f"sigma must be 0 or a finite number >= {SMALLEST_SIGMA:g}, got {sigma}")
     out = np.zeros(int(size), dtype=np.int64)
     if sigma == 0.0 or size == 0:
         return out

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, field_validator
 
 from mechanisms.base import (
     GlobalState,
@@ -32,6 +32,7 @@ from mechanisms.base import (
     SiloMechanism,
     load_vector_into_model,
     model_to_vector,
+    pld_needs_its_smallest_delta,
 )
 from mechanisms.events import PoissonGaussianEvent
 from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
@@ -62,15 +63,7 @@ class DpSgdParams(MechanismParams):
     accountant: Literal["rdp", "pld"] = "rdp"
     """`rdp` (Renyi DP, Mironov et al. 2019) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`)."""
 
-    @field_validator("accountant")
-    @classmethod
-    def _pld_has_a_smallest_delta(cls, value: str, info: ValidationInfo) -> str:
-        """PLD's float64 composition is not trusted below ``mechanisms.pld.SMALLEST_DELTA``."""
-        if value == "pld" and "delta" in info.data:
-            from mechanisms.pld import check_pld_delta
-
-            check_pld_delta(info.data["delta"])
-        return value
+    _pld_needs_its_smallest_delta = field_validator("accountant")(pld_needs_its_smallest_delta)
 
     def clips_record_gradients(self) -> bool:
         return True

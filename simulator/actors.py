@@ -424,7 +424,9 @@ class ServerActor:
         else:
             total = self.protocol.combine(inbox, round_index=round_index, participants=uploaded, unmasking=unmasking)
             combine_seconds = time.perf_counter() - combining
-            aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(uploaded))
+            # secure aggregation against a server that may lie leaves out uploaders that did not sign (``summed``)
+            summed = getattr(self.protocol, "summed", uploaded)
+            aggregate = self.mechanism.aggregate(self.state, total, num_participants=len(summed))
         # the server optimiser post-processes the aggregate (mechanisms.server_optimizers)
         self.state = aggregate if self.optimizer is None else self.optimizer.step(self.state, aggregate)
         return combine_seconds

@@ -1,7 +1,8 @@
 """The ``privsilo`` command line: run, resume, attack, audit, sweep, merge, validate, list, data fetch, pool start/status/stop.
 
-User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2;
-an interrupted run exits with 130. Neither leaves a half-written output directory. Without ``--out`` every run
+User errors (a bad scenario, missing data, an unreachable cluster) print one line and exit with code 2, a run
+whose processes or nodes failed with 3, an interrupted one with 130 (the table: docs/failures.md, "Exit statuses";
+the codes: :mod:`simulator.errors`). None leaves a half-written output directory. Without ``--out`` every run
 gets a new directory, and a finished result in ``--out`` is replaced only with ``--overwrite``
 (:mod:`simulator.output_dirs`). Every command imports what
 it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplotlib.
@@ -9,23 +10,27 @@ it needs when it runs: ``list`` and ``validate`` never load torch, Ray or matplo
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import shlex
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, NoReturn, Sequence
 
-from simulator.errors import PrivsiloError, ScenarioError
+from simulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, PrivsiloError, ScenarioError
 from simulator.invocation import privsilo_version
 from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
 from simulator.output_dirs import RUNS_ROOT, check_out_directory, claim, new_directory, removed_if_unused
 
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+EXIT_USER_ERROR = EXIT_BAD_INPUT
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.")
+    parser = argparse.ArgumentParser(prog="privsilo", description="Simulate privacy-preserving cross-silo federated learning on Ray.",
+                                     epilog="exit statuses: 0 done, 2 bad input, 3 the run's processes or nodes failed, 4 a write "
+                                            "failed, 130 interrupted (docs/failures.md, Exit statuses)")
     parser.add_argument("--version", action="version", version=f"privsilo {privsilo_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -128,11 +133,13 @@ def _add_ray_options(command: argparse.ArgumentParser) -> None:
 def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | None:
     """``--address``, else the scenario's ``ray.address`` (``configured``), else the local pool's head if it runs
     (saying so in one line), else None: Ray of the command's own."""
-    from simulator.local_pool import address_for_command
+    from simulator.local_pool import address_for_command, exit_when_stopped, serving
 
     address, note = address_for_command(args.address or configured)
     if note:
         print(f"privsilo: {note}", flush=True)
+    if (pool := serving(address)) is not None:
+        exit_when_stopped(pool, lambda why: print(f"privsilo: error: {why}; {_after_interrupt(args)}", file=sys.stderr))
     return address
 
 
@@ -438,9 +445,10 @@ def _local_pool_command(command: str) -> int:
         print(f"the local pool is not usable: {reason} (log: {local_pool.log_path()}); `privsilo pool stop` clears it")
         return 0
     print(local_pool.describe(state))
+    local_pool.use_credentials()
     join_cluster(state.address, connect_timeout=local_pool.REACH_TIMEOUT_S, field="local pool")
     try:
-        print(status_table())
+        print(status_table(local=True))
     finally:
         ray.shutdown()
     return 0
@@ -462,8 +470,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from simulator.driver_protocol import delegate
         from simulator.local_pool import state_dir
 
+        def after_lost_driver() -> str:  # what the command left, as far as its command line tells
+            args.run_dir = getattr(args, "out", None) or getattr(args, "directory", None)
+            return _after_interrupt(args)
+
         try:
-            if (code := delegate(argv, state_dir=state_dir())) is not None:
+            if (code := delegate(argv, state_dir=state_dir(), after_lost_driver=after_lost_driver)) is not None:
                 return code
         except KeyboardInterrupt:  # before the driver took the command: a driver that did sees the caller leave
             print("privsilo: interrupted; no results were written", file=sys.stderr)
@@ -494,15 +506,16 @@ def _execute(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _error(args: argparse.Namespace, exc: PrivsiloError) -> int:
-    """Print ``exc`` on one line and return its exit status: 2 (bad input), or its own (a write the file
-    system refused: with what the run left and the command that resumes it)."""
-    code = getattr(exc, "exit_code", EXIT_USER_ERROR)
+    """Print ``exc`` on one line and return its exit status: 2 (bad input), or its own (a lost node, a write the
+    file system refused: with what the run left and the command that resumes it)."""
+    code = exc.exit_code
     print(f"privsilo: error: {exc}" + ("" if code == EXIT_USER_ERROR else f"; {_after_interrupt(args)}"), file=sys.stderr)
     return code
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:
-    """What an interrupted command left: for a run, the exact command that resumes it, if it can be resumed."""
+    """What an interrupted command (or one that failed for a reason other than its input: a lost node, a full
+    disk) left: for a run, the exact command that resumes it, if it can be resumed."""
     if args.command == "sweep":
         return "no results were written; the same command resumes the sweep from its journal"
     directory = getattr(args, "run_dir", None)
@@ -515,5 +528,19 @@ def _after_interrupt(args: argparse.Namespace) -> str:
     return "no results were written and no checkpoint either (the run stopped before its first one); start it again"
 
 
+def entry_point() -> NoReturn:
+    """The ``privsilo`` command: :func:`main`, then the exit as the interpreter would make it (other threads
+    joined, ``atexit`` handlers run, output flushed) but without tearing down the modules it loaded, which with
+    torch, Ray and matplotlib loaded takes seconds (most of the time a Ctrl-C'd run took to exit)."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

@@ -167,11 +167,10 @@ def _start_local_ray(demand: ActorDemand) -> RayWatchdog:
     watchdog = RayWatchdog.start()
     try:
         # address="local": always a fresh local instance, never a cluster someone else started on this machine.
-        context = ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level="ERROR")
     except BaseException:
         watchdog.close()
         raise
-    watchdog.watch(context.address_info["session_dir"])
     return watchdog
 
 

@@ -5,7 +5,7 @@ actors are detached, named actors in the Ray namespace ``privsilo``. When the ru
 state (the actors' ``release``) and wait, idle, for the next run; the next driver leases them instead of starting
 processes that import torch again.
 
-Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v1``), which serves
+Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v2``), which serves
 one call at a time, so that two drivers never lease the same actor. An actor is interchangeable with another
 only under the same :class:`PoolKey`: its class, its CPU and GPU shares and the code version (privsilo's package
 version and a digest of its source files, so an edited checkout never reuses actors running the old code, and the
@@ -19,6 +19,8 @@ pool, ``privsilo pool stop`` stops every actor of the namespace, the registry in
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 import threading
 import time
 import uuid
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from simulator.scenario import RayConfig
 
 NAMESPACE = "privsilo"
-REGISTRY_NAME = "pool-registry-v1"  # the suffix changes with the registry's methods
+REGISTRY_NAME = "pool-registry-v2"  # the suffix changes with the registry's methods
 CHECK_EVERY_S = 2.0  # how often the registry looks for expired idle actors and ended jobs
 STOP_WAIT_S = 30.0
 PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
@@ -71,13 +73,16 @@ class PoolKey:
 
 @dataclass
 class PoolEntry:
-    """One pooled actor: ``job`` holds its lease (None: idle since ``idle_since``, until ``idle_timeout`` s)."""
+    """One pooled actor: ``job`` holds its lease since ``since`` (``holder``: who runs that job), or None: idle
+    since ``idle_since``, until ``idle_timeout`` s."""
 
     name: str
     key: PoolKey
     job: str | None
     idle_since: float = 0.0
     idle_timeout: float = 0.0
+    since: float = 0.0
+    holder: str = ""
 
 
 class PoolRegistry:
@@ -85,21 +90,23 @@ class PoolRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, PoolEntry] = {}
+        self._waiting: dict[str, float] = {}  # job -> since when its run waits for its actors to be scheduled
         self._lock = threading.Lock()  # between the calls and the expiry thread
         threading.Thread(target=self._expire_forever, daemon=True).start()
 
-    def lease(self, job: str, wants: list[tuple[PoolKey, int]]) -> list[tuple[list[str], list[str]]]:
-        """For each ``(key, count)``: the names of the idle actors ``job`` now holds, and the names under which
-        it starts the rest. Every idle actor not taken is stopped."""
+    def lease(self, job: str, wants: list[tuple[PoolKey, int]], holder: str = "") -> list[tuple[list[str], list[str]]]:
+        """For each ``(key, count)``: the names of the idle actors ``job`` (run by ``holder``) now holds, and the
+        names under which it starts the rest. Every idle actor not taken is stopped."""
         with self._lock:
             self._reclaim_ended_jobs(alive=job)
-            answer = []
+            answer, now = [], time.time()
             for key, count in wants:
                 idle = sorted(e.name for e in self._entries.values() if e.job is None and e.key == key)[:count]
                 new = [f"{key.actor}-{uuid.uuid4().hex[:12]}" for _ in range(count - len(idle))]
                 for name in idle:
-                    self._entries[name].job = job
-                self._entries.update((name, PoolEntry(name=name, key=key, job=job)) for name in new)
+                    self._entries[name].job, self._entries[name].since, self._entries[name].holder = job, now, holder
+                self._entries.update((name, PoolEntry(name=name, key=key, job=job, since=now, holder=holder))
+                                     for name in new)
                 answer.append((idle, new))
             self._stop([e for e in self._entries.values() if e.job is None])
         return answer
@@ -115,6 +122,27 @@ class PoolRegistry:
                 else:
                     entry.job, entry.idle_since, entry.idle_timeout = None, time.time(), idle_timeout
             self._stop_expired()
+
+    def wait(self, job: str, waiting: bool) -> list[dict[str, Any]]:
+        """``job`` waits (``waiting``) or no longer waits for its actors to be scheduled. While it waits, every idle
+        actor is stopped (it may hold what the job needs). Returns the other jobs holding leases: ``job``,
+        ``holder``, ``since``, ``cpus``, ``gpus`` (their leased shares) and ``waiting`` (since when, or None)."""
+        with self._lock:
+            self._reclaim_ended_jobs(alive=job)
+            if not waiting:
+                self._waiting.pop(job, None)
+                return []
+            self._waiting.setdefault(job, time.time())
+            self._stop([e for e in self._entries.values() if e.job is None])
+            others: dict[str, dict[str, Any]] = {}
+            for e in self._entries.values():
+                if e.job is not None and e.job != job:
+                    held = others.setdefault(e.job, {"job": e.job, "holder": e.holder, "since": e.since, "cpus": 0.0,
+                                                     "gpus": 0.0, "waiting": self._waiting.get(e.job)})
+                    held["since"] = min(held["since"], e.since)
+                    held["cpus"] += e.key.num_cpus
+                    held["gpus"] += e.key.num_gpus
+            return sorted(others.values(), key=lambda held: held["since"])
 
     def forget(self, names: list[str]) -> None:
         """The named actors were stopped by the driver holding them (they failed to drop their run)."""
@@ -146,10 +174,12 @@ class PoolRegistry:
 
     def _reclaim_ended_jobs(self, *, alive: str | None) -> None:
         """Stop the actors leased by jobs that ended (``alive``: a job known to be running, the caller's)."""
-        holders = {e.job for e in self._entries.values() if e.job not in (None, alive)}
+        holders = {e.job for e in self._entries.values() if e.job not in (None, alive)} | (set(self._waiting) - {alive})
         if holders:
             ended = holders - running_jobs()
             self._stop([e for e in self._entries.values() if e.job in ended])
+            for job in ended:
+                self._waiting.pop(job, None)
 
     def _stop(self, entries: list[PoolEntry]) -> None:
         for entry in entries:
@@ -201,7 +231,8 @@ class DetachedPool(WorkerPool):
         shapes = list(counts)
         wants = [(PoolKey(shape.actor_class.__qualname__, shape.num_cpus, shape.num_gpus, version), counts[shape])
                  for shape in shapes]
-        answer = ray.get(registry(create=True).lease.remote(ray.get_runtime_context().get_job_id(), wants))
+        answer = ray.get(registry(create=True).lease.remote(ray.get_runtime_context().get_job_id(), wants,
+                                                            f"pid {os.getpid()} on {socket.gethostname()}"))
         taken: dict[ActorShape, list[Any]] = {}
         for shape, (idle, new) in zip(shapes, answer):
             try:
@@ -227,6 +258,11 @@ class DetachedPool(WorkerPool):
         import ray
 
         ray.get(registry(create=True).stop_idle.remote())
+
+    def others(self, *, waiting: bool) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get(registry(create=True).wait.remote(ray.get_runtime_context().get_job_id(), waiting))
 
 
 def pool_for(config: RayConfig) -> WorkerPool:
@@ -258,13 +294,15 @@ def stop_pool() -> int:
     return len(names)
 
 
-def status_table() -> str:
-    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds)."""
+def status_table(*, local: bool = False) -> str:
+    """``privsilo pool status``: one line per pooled actor (name, shares, version, idle or leased, idle seconds);
+    ``local``: of the local pool (whose runs need no --address)."""
     import ray
 
     pool = registry(create=False)
     if pool is None:
-        return "no warm pool on this cluster (a run with --address starts one)"
+        return ("no actor in the local pool yet (the next run, sweep, audit or attack starts them)" if local
+                else "no warm pool on this cluster (a run with --address starts one)")
     entries = ray.get(pool.status.remote())
     if not entries:
         return "the warm pool is empty"

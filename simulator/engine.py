@@ -31,9 +31,10 @@ from simulator.data.rotations import rotate_silos
 from simulator.data.silos import run_seeds, silo_records
 from simulator.data.users import UserAllocation
 from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
-from simulator.errors import PrivsiloError, ScenarioError
+from simulator.errors import PrivsiloError, RuntimeFault, ScenarioError
 from simulator.messages import RoundReport, SiloInfo
 from simulator.models import build_scenario_model
+from simulator.node_watch import Node, NodeWatch
 from simulator.output_dirs import check_replaceable
 from simulator.personalisation.evaluation import personalised_evaluator
 from simulator.run_directory import clear, settle
@@ -45,9 +46,10 @@ from simulator.silo import SiloSpec
 from simulator.faults import crash_plan
 from simulator.snapshots import SnapshotVault
 from simulator.detached_pool import pool_for
-from simulator.worker_pool import ActorShape
+from simulator.worker_pool import ActorShape, WorkerPool, wait_until_scheduled
 
 ACTOR_START_TIMEOUT_S = 300
+HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray gives the head node one unit of it
 UNREADY_RELEASE_TIMEOUT_S = 5  # a failed start hands back the actors that answer by then, and stops the others
 
 
@@ -69,7 +71,9 @@ def run(
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
     empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
     (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``).
+    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``). ``address``:
+    the Ray head to join for this run alone; summary.json and the checkpoint record it as ``ray.address``, but a
+    resume joins the head its own command gives (a local pool's head may be gone by then).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
@@ -85,6 +89,7 @@ def run(
     if scenario.audit is not None and canaries is None:
         raise ScenarioError("audit", scenario.audit.model_dump(), "a plain run does nothing with it (privsilo audit reads it); "
                             "remove the block, or run privsilo audit (`--set audit=null` runs the scenario without it)")
+    given = scenario.explicit_dict()  # what a resume runs: not the head it ran on (a local pool's lives no longer)
     if address:
         scenario = with_changes(scenario, {"ray": {"address": address}})
     checkpoints = checkpoint_dir if checkpoint_dir is not None else out_dir
@@ -95,7 +100,7 @@ def run(
         tracking_dir = Path(out_dir) / TENSORBOARD_DIR
     output = LiveOutput(fresh=None if resume or out_dir is None else Path(out_dir), log=log if tracking_dir else (),
                         tracking_dir=tracking_dir, resume_with={"overrides": list(invocation["overrides"]), "log": list(log),
-                                                          "scenario": scenario.explicit_dict()})
+                                                          "scenario": given})
     with ExitStack() as held:
         for directory in dict.fromkeys(Path(d) for d in (out_dir, checkpoints) if d is not None):
             held.enter_context(locked(directory))
@@ -261,7 +266,9 @@ class Federation:
         seeds = run_seeds(scenario.seed, scenario.data.silos)
         self.vault = None
         if self.snapshots:
-            self.vault = ray.remote(SnapshotVault).options(num_cpus=0).remote()
+            # the silos' stable storage lives on the head node (whose loss ends the cluster anyway), so that losing
+            # another node never loses it
+            self.vault = ray.remote(SnapshotVault).options(num_cpus=0, resources={HEAD_NODE_RESOURCE: 0.001}).remote()
             self._stack.callback(ray.kill, self.vault)
         # The training set goes into the object store once; every worker reads its silos' records from there.
         histogram = None if self.users is None else self.users.histogram()
@@ -280,13 +287,15 @@ class Federation:
             seed=seeds["server"],
         )
         try:
-            infos, construction = _wait_for_workers(hosting)
+            infos, construction = _wait_for_workers(hosting, self._pool)
             ray.get(opened)
         except ray.exceptions.RayTaskError as exc:
             if (error := _user_code_error(scenario, exc)) is None:
                 raise
             raise error from None
         self.placement = tuple(sorted(infos, key=lambda info: info.silo_id))
+        self._note_nodes(infos)
+        self.nodes = self._stack.enter_context(NodeWatch(self._node_died))
         _warn_gpu_fallback(self.placement)
         t_workers = time.perf_counter()
         if self.resume_from is None:
@@ -324,17 +333,69 @@ class Federation:
         return self.workers[worker_index].host.remote(
             specs=tuple(self._specs[i] for i in hosted), crashes=self.crash_plan.restricted_to(hosted), **self._hosting)
 
-    def recover(self, crashed_workers: Sequence[int]) -> None:
+    def _note_nodes(self, infos: Sequence[SiloInfo]) -> None:
+        """Which node hosts each worker now (from its silos' infos)."""
+        host = {silo: worker for worker, hosted in enumerate(self.packing) for silo in hosted}
+        self._node_of_worker = getattr(self, "_node_of_worker", {}) | {host[info.silo_id]: info.node_id for info in infos}
+
+    def _node_died(self, node: Node) -> None:
+        """Say at once that a node died and what the run loses with it (the watch's thread calls this)."""
+        silos = [silo for worker, node_id in self._node_of_worker.items() if node_id == node.node_id for silo in self.packing[worker]]
+        hosted = (f"its silos {silos} drop out and rejoin once Ray restarts their workers on a node with room (the run "
+                  f"stops if that takes over federation.round_timeout = {self.scenario.federation.round_timeout:g} s)"
+                  if silos else "it hosted none of this run's silos")
+        warnings.warn(f"Ray node {node} died; {hosted}", RuntimeWarning, stacklevel=2)
+
+    def _lost_nodes(self) -> str:
+        """The nodes seen dead during the run, in words (empty if none)."""
+        dead = list(self.nodes.dead.values()) if hasattr(self, "nodes") else []
+        return f" (Ray node {', '.join(map(str, dead))} died)" if dead else ""
+
+    def fault(self, problem: str) -> RuntimeFault:
+        """The run cannot go on because its processes or nodes failed: ``problem``, and the nodes that died. The
+        federation then waits only briefly for its actors as it closes (some are gone)."""
+        self._ready = False
+        return RuntimeFault(f"{problem}{self._lost_nodes()}; the cluster lost the run's actors, not its input")
+
+    def recover(self, crashed_workers: Sequence[int], *, round_index: int | None = None) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
-        again and replaces each by its latest snapshot (see ``simulator.snapshots``)."""
+        again and replaces each by its latest snapshot (see ``simulator.snapshots``). A worker that was on a node
+        that died gets ``federation.round_timeout`` seconds to come back elsewhere, any other
+        ``ACTOR_START_TIMEOUT_S``; then the run stops (``RuntimeFault``, naming ``round_index`` where given)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
             raise PrivsiloError(
                 f"silo workers {sorted(crashed_workers)} died and this run keeps no snapshots to bring their silos back "
                 "(they are kept with an output directory and checkpoint.every > 0, or with a faults block)")
+        started = time.monotonic()
         for index in crashed_workers:
-            _wait_until_alive(self.workers[index])
-        _wait_for_workers([self._host(index) for index in crashed_workers])
-        ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+            self._wait_until_alive(index, started=started, round_index=round_index)
+        try:
+            infos, _ = _wait_for_workers([self._host(index) for index in crashed_workers], self._pool)
+            self._note_nodes(infos)
+            ray.get([self.workers[index].restore_snapshots.remote() for index in crashed_workers])
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(_root_cause(exc), ray.exceptions.RayActorError):
+                raise
+            raise self.fault(f"the silo workers {sorted(crashed_workers)} that crashed could not get their silos back: "
+                             f"an actor of the run was lost ({type(_root_cause(exc)).__name__})") from None
+
+    def _wait_until_alive(self, index: int, *, started: float, round_index: int | None) -> None:
+        """Wait for Ray to restart worker ``index``, whose process died (calls to it fail while it restarts)."""
+        while True:
+            lost = self._node_of_worker.get(index) in self.nodes.dead
+            limit = self.scenario.federation.round_timeout if lost else ACTOR_START_TIMEOUT_S
+            when = "" if round_index is None else f" in round {round_index + 1}"
+            what = f"silo worker {index} (silos {list(self.packing[index])}), which crashed{when},"
+            try:
+                ray.get(self.workers[index].__ray_ready__.remote(), timeout=max(limit - (time.monotonic() - started), 0.05))
+                return
+            except ray.exceptions.ActorDiedError:
+                raise self.fault(f"{what} could not be restarted (Ray reports it dead)") from None
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() - started > limit:
+                    setting = "federation.round_timeout" if lost else "the restart limit"
+                    raise self.fault(f"{what} was not restarted within {setting} = {limit:g} s: no node with room for it") from None
+                time.sleep(0.05)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The server's snapshot and every silo's latest snapshot, for a checkpoint."""
@@ -345,7 +406,7 @@ class Federation:
         """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
-        pool = pool_for(self.scenario.ray)
+        pool = self._pool = pool_for(self.scenario.ray)
         leased = pool.lease(counts)
 
         def hand_back() -> None:  # actors of a federation that never got ready may not even be scheduled
@@ -363,6 +424,8 @@ class Federation:
         """
         try:
             return ray.get(self.server.run_round.remote(round_index))
+        except ray.exceptions.RayActorError:
+            raise self.fault(f"round {round_index + 1}: the server actor was lost") from None
         except ray.exceptions.RayTaskError as exc:
             cause = _root_cause(exc)
             if isinstance(cause, EncodingOverflowError):
@@ -442,12 +505,13 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             started = time.perf_counter()
             report = federation.run_round(round_index)
             if report.crashed_workers:
-                federation.recover(report.crashed_workers)
+                federation.recover(report.crashed_workers, round_index=round_index)
             if on_round is not None:
                 on_round(federation)
             if evaluator is not None:  # personalised: loss and accuracy of the hypothesis each client picks
                 report = evaluator.after_round(report, federation.global_state())
             trained = time.perf_counter()
+            accountant.round_held(round_index, client_rate=scenario.federation.client_rate)
             record_events(accountant, report.events)
             epsilon = accountant.report()["epsilon"]
             records.append(
@@ -550,13 +614,17 @@ def _protocol_timing(setup: Mapping[str, float], records: Sequence[RoundRecord])
     }
 
 
-def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
-    """Every hosted silo's info, and the longest time a worker spent constructing its silos."""
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
+def _wait_for_workers(refs: list[Any], pool: WorkerPool) -> tuple[list[SiloInfo], float]:
+    """Every hosted silo's info, and the longest time a worker spent constructing its silos (waiting while other
+    runs hold the pool's actors: ``simulator.worker_pool.wait_until_scheduled``)."""
+    ready, pending, held = wait_until_scheduled(refs, pool=pool, timeout=ACTOR_START_TIMEOUT_S)
     if pending:
+        free = ray.available_resources()
         raise PrivsiloError(
             f"resources: only {len(ready)} of {len(refs)} silo worker actors could be scheduled within "
-            f"{ACTOR_START_TIMEOUT_S} s; the cluster lacks the CPUs/GPUs the scenario asks for"
+            f"{ACTOR_START_TIMEOUT_S} s; free: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs; pending: "
+            f"{len(pending)} silo worker actors; held by this run: {len(ready)} silo worker actors and its server; "
+            f"held by other runs: {held}"
         )
     try:
         replies = ray.get(refs)
@@ -565,21 +633,6 @@ def _wait_for_workers(refs: list[Any]) -> tuple[list[SiloInfo], float]:
             raise PrivsiloError(str(exc.cause)) from None
         raise
     return [info for infos, _ in replies for info in infos], max(seconds for _, seconds in replies)
-
-
-def _wait_until_alive(actor: Any) -> None:
-    """Wait for Ray to restart an actor whose process died (calls to it fail while it restarts)."""
-    deadline = time.monotonic() + ACTOR_START_TIMEOUT_S
-    while True:
-        try:
-            ray.get(actor.__ray_ready__.remote())
-            return
-        except ray.exceptions.ActorDiedError:
-            raise PrivsiloError("a silo worker that crashed could not be restarted (Ray reports it dead)") from None
-        except ray.exceptions.ActorUnavailableError:
-            if time.monotonic() > deadline:
-                raise PrivsiloError(f"a silo worker that crashed was not restarted within {ACTOR_START_TIMEOUT_S} s") from None
-            time.sleep(0.05)
 
 
 def _root_cause(exc: BaseException) -> BaseException:

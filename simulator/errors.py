@@ -1,12 +1,30 @@
-"""Errors that reach the user as one clear line (exit code 2), never as a traceback."""
+"""Errors that reach the user as one clear line, never as a traceback, and the exit statuses of the ``privsilo``
+command (the table in docs/failures.md, "Exit statuses", lists them; a test checks each)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
 
+EXIT_SUCCESS = 0
+EXIT_BAD_INPUT = 2  # the input is wrong: a scenario, a file, an option, an address; the same command fails again
+EXIT_RUNTIME_FAULT = 3  # the run's processes or nodes failed (a lost node, a worker not restarted); resume may succeed
+EXIT_FILE_SYSTEM_FAULT = 4  # a write failed (a full disk, a read-only file system, no permission)
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports a process it ended: 128 + 2
+
+
 class PrivsiloError(Exception):
-    """Base class of every error privsilo reports to the user without a traceback."""
+    """Base class of every error privsilo reports to the user without a traceback; ``exit_code``: the command's
+    exit status when it ends with this error."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class RuntimeFault(PrivsiloError):
+    """The run's processes or Ray nodes failed, not its input: the command ends with :data:`EXIT_RUNTIME_FAULT`
+    and, where the run kept a checkpoint, the command that resumes it."""
+
+    exit_code = EXIT_RUNTIME_FAULT
 
 
 class _Missing:

@@ -13,9 +13,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from simulator.errors import PrivsiloError
+from simulator.errors import EXIT_FILE_SYSTEM_FAULT, PrivsiloError
 
-EXIT_FILE_SYSTEM_FAULT = 4
 # The errors of a write that the file system refuses (the input is not at fault).
 FILE_SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG})
 

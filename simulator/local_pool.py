@@ -18,28 +18,39 @@ already imported that runs the next such command for it, then exits and is repla
 
 Only the processes recorded in the state file are ever signalled; other Ray instances on the machine are never
 touched.
+
+The pool is its owner's alone: the head and its workers listen on 127.0.0.1 only, and every connection to them must
+carry the pool's Ray token (Ray's token authentication, ``RAY_AUTH_MODE=token``), a random 256-bit secret kept in
+the state directory (mode 0700) in a file of mode 0600, like the state file and the log. A command that joins the
+pool reads the token from there (:func:`use_credentials`); another local user can read neither.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.processes import process_start
-from simulator.driver_protocol import EXIT_FAILED_TO_START, socket_path
+from simulator.driver_protocol import EXIT_FAILED_TO_START, log_file, socket_path
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0  # starting a head takes 5-30 s, more on a loaded machine
 STOP_WAIT_S = 60.0
 CHECK_EVERY_S = 1.0  # how often the supervisor checks the head's processes and the running jobs
 REACH_TIMEOUT_S = 5.0
+WATCH_EVERY_S = 0.5  # how often a command on the pool checks that the pool's supervisor is still there
+EXIT_POOL_LOST = 1
+LAST_WORDS: list[Callable[[int], None]] = []  # run before a command whose pool stopped ends (the ready driver's)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -56,14 +67,59 @@ def state_path() -> Path:
 
 
 def log_path() -> Path:
-    return state_dir() / "local-pool.log"
+    return log_file(state_dir())
+
+
+def token_path(directory: Path | None = None) -> Path:
+    """The pool's Ray authentication token (mode 0600)."""
+    return (directory or state_dir()) / "ray-auth-token"
+
+
+def _private_state_dir() -> Path:
+    """The state directory, created if missing, mode 0700 (owner only)."""
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.chmod(0o700)
+    return directory
+
+
+def _open_private(path: Path, mode: str = "w"):
+    """``path`` opened for writing, created with mode 0600 (an existing file is made 0600 too)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if mode == "w" else os.O_APPEND), 0o600)
+    os.fchmod(descriptor, 0o600)
+    return os.fdopen(descriptor, mode)
+
+
+def pool_environment(directory: Path) -> dict[str, str]:
+    """The variables under which the pool's head starts and with which a process joins it: Ray's token
+    authentication with the pool's token, and Ray's single-host mode, in which Ray takes 127.0.0.1 as the node's
+    address and binds its servers to it (and does not turn a 127.0.0.1 head address into the host's address)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path(directory)),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def use_credentials() -> None:
+    """Join the local pool from this process (and the processes it starts) as its owner: with the pool's token, at
+    127.0.0.1. Ray reads these settings once, so they are reloaded where Ray is already imported."""
+    variables = pool_environment(state_dir())
+    if all(os.environ.get(name) == value for name, value in variables.items()):
+        return
+    os.environ.update(variables)
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
+    if "ray" in sys.modules:
+        from ray._private import ray_constants
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 @dataclass
 class PoolState:
     """The state file: the supervisor (``pid``, ``start``: its start time in clock ticks since boot), the head's
     GCS ``address``, the head's processes ``{name: [pid, start]}``, the current ready ``driver`` ``[pid, start]``,
-    the settings, and ``crashed`` (what died)."""
+    the settings, ``crashed`` (what died) and ``code``: the checkout whose privsilo the head's workers import."""
 
     pid: int
     start: int
@@ -74,6 +130,7 @@ class PoolState:
     processes: dict[str, list[int]] = field(default_factory=dict)
     crashed: str | None = None
     driver: list[int] | None = None
+    code: str = ""
 
     def supervisor_alive(self) -> bool:
         return process_start(self.pid) == self.start
@@ -91,7 +148,8 @@ def read_state(path: Path | None = None) -> PoolState | None:
 
 def _write_state(state: PoolState, path: Path) -> None:
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(state)))
+    with _open_private(temporary) as file:
+        file.write(json.dumps(asdict(state)))
     temporary.replace(path)
 
 
@@ -124,11 +182,15 @@ def start(*, idle_timeout: float, num_cpus: int | None) -> PoolState:
     if current is not None and current.supervisor_alive():
         raise PrivsiloError(f"pool start: a local pool is already running (Ray head at {current.address}, supervisor "
                             f"pid {current.pid}); `privsilo pool stop` stops it")
-    state_dir().mkdir(parents=True, exist_ok=True)
+    directory = _private_state_dir()
     path = state_path()
     path.unlink(missing_ok=True)  # a crashed or stale pool's file
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    with log_path().open("w") as log:
+    with _open_private(token_path(directory)) as token:  # a new secret for each pool
+        token.write(secrets.token_hex(32))
+    env = {**os.environ, **pool_environment(directory),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("RAY_AUTH_TOKEN", None)
+    with _open_private(log_path()) as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "simulator.local_pool", "serve", "--idle-timeout", repr(idle_timeout),
              "--num-cpus", str(num_cpus or os.cpu_count() or 1), "--state", str(path)],
@@ -192,9 +254,12 @@ def problem(state: PoolState) -> str | None:
 
 def address_for_command(configured: str | None) -> tuple[str | None, str | None]:
     """The Ray address a command uses, and the one line to print about it: ``configured`` (``--address`` or the
-    scenario's ``ray.address``) if given; else the local pool's head if one is running; else None (Ray of the
-    command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
+    scenario's ``ray.address``) if given; else the local pool's head if one is running and its workers import
+    privsilo from this command's checkout (else they would run other code than this command's); else None (Ray of
+    the command's own). A pool that crashed or whose supervisor is gone is reported once and forgotten."""
     if configured:
+        if (own := serving(configured)) is not None and own.code == str(REPO):
+            use_credentials()  # the local pool's head given by its address: joined as its owner
         return configured, None
     state = read_state()
     if state is None:
@@ -204,8 +269,40 @@ def address_for_command(configured: str | None) -> tuple[str | None, str | None]
             stop()  # forget it, and end whatever of it is left
         return None, (f"the local pool is not usable ({reason}); this command starts Ray of its own "
                       f"(`privsilo pool start` starts a new pool; log: {log_path()})")
+    if state.code != str(REPO):  # its workers would run that checkout's code, not this command's
+        return None, (f"the local pool runs privsilo from {state.code or 'another checkout'}, this command from "
+                      f"{REPO}; it starts Ray of its own")
+    use_credentials()
     return state.address, (f"using the local warm pool (Ray head at {state.address}; it stops after "
                            f"{state.idle_timeout:g} s without a command, or with `privsilo pool stop`)")
+
+
+def serving(address: str | None) -> PoolState | None:
+    """The running local pool whose head is at ``address``, or None."""
+    state = read_state() if address else None
+    return state if state is not None and state.address == address and state.supervisor_alive() else None
+
+
+def exit_when_stopped(state: PoolState, farewell: Callable[[str], None]) -> None:
+    """End this process as soon as the pool of ``state`` stops (``pool stop``, or its supervisor killed), after
+    ``farewell(why)`` and :data:`LAST_WORDS`: its Ray head goes with it, and Ray would only fail a minute later.
+    Watched from a daemon thread."""
+    def watch() -> None:
+        while state.supervisor_alive():
+            time.sleep(WATCH_EVERY_S)
+        if not threading.main_thread().is_alive():
+            return  # the command is over: this process is exiting anyway
+        farewell(f"the local pool stopped while this command ran (its supervisor, pid {state.pid}, is gone)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for last in LAST_WORDS:
+            try:
+                last(EXIT_POOL_LOST)
+            except OSError:
+                pass  # the one to tell is gone too
+        os._exit(EXIT_POOL_LOST)
+
+    threading.Thread(target=watch, name="local-pool-watch", daemon=True).start()
 
 
 def describe(state: PoolState) -> str:
@@ -224,12 +321,17 @@ def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
     from simulator.detached_pool import running_jobs
 
     stopping: list[str] = []
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda number, _: stopping.append(f"signal {signal.Signals(number).name}"))
+
+    def catch_stop_signals() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda number, _: stopping.append(f"signal {signal.Signals(number).name}"))
+
+    catch_stop_signals()
     state = PoolState(pid=os.getpid(), start=process_start(os.getpid()) or 0, idle_timeout=idle_timeout,
-                      num_cpus=num_cpus, started_at=time.time())
+                      num_cpus=num_cpus, started_at=time.time(), code=str(REPO))
     _write_state(state, path)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    catch_stop_signals()  # again: ray.init replaced them (and Ray's core dumps stack frames on SIGTERM, as on a crash)
     node = ray._private.worker.global_worker.node
     state.address = node.address
     state.processes = {f"{name}-{i}": [info.process.pid, process_start(info.process.pid) or 0]

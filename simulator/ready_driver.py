@@ -5,7 +5,9 @@ without ``--address``) skips the seconds its own interpreter would spend importi
 The pool's supervisor (:mod:`simulator.local_pool`) keeps one ready driver. The driver runs its caller's command
 (:mod:`simulator.driver_protocol` says how it gets it) exactly as the caller's own process would
 (:func:`simulator.cli.execute`), reading and writing the caller's terminal, and exits; the supervisor starts the
-next driver. A caller that vanishes interrupts the command, as Ctrl-C would.
+next driver. A caller that vanishes interrupts the command, as Ctrl-C would; a connection that brings no valid
+request within :data:`~simulator.driver_protocol.REQUEST_TIMEOUT_S` (any bytes, any size) costs one line in the
+pool's log, and the driver waits for the next caller.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from simulator.driver_protocol import (EXIT_FAILED_TO_START, HANDSHAKE_TIMEOUT_S, PRELOADED, fingerprint, receive_message,
-                                       send_message, socket_path)
+from simulator.driver_protocol import (EXIT_FAILED_TO_START, PRELOADED, REQUEST_TIMEOUT_S, check_request, fingerprint,
+                                       receive_message, send_message, socket_path)
 
 CHECK_PARENT_EVERY_S = 1.0
 
@@ -52,6 +54,8 @@ def serve(*, state_dir: Path, supervisor: int) -> int:
             for fd in fds:
                 os.close(fd)
             _refuse(connection)
+            if request is None:
+                continue
             if fingerprint() != own:
                 return 0  # privsilo's sources changed since this driver loaded them: the supervisor starts a new one
         else:
@@ -89,13 +93,18 @@ def _next_caller(listener: socket.socket, *, supervisor: int) -> socket.socket |
 
 
 def _request(connection: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """A caller's request and its three standard streams; None for a request that is not one."""
+    """A caller's request and its three standard streams, if the connection brought one within
+    :data:`REQUEST_TIMEOUT_S`; else None (and one line in the pool's log saying why)."""
+    fds: list[int] = []
     try:
-        connection.settimeout(HANDSHAKE_TIMEOUT_S)
-        request, fds = receive_message(connection, fds=3)
-    except (OSError, ValueError):
+        request, fds = receive_message(connection, fds=3, timeout=REQUEST_TIMEOUT_S)
+        check_request(request, fds)
+        return request, fds
+    except (OSError, ValueError) as exc:
+        for fd in fds:
+            os.close(fd)
+        print(f"ready driver: ignored a connection that sent no request ({type(exc).__name__}: {exc})", flush=True)
         return None, []
-    return (request if len(fds) == 3 and "fingerprint" in request else None), fds
 
 
 def _refuse(connection: socket.socket) -> None:
@@ -114,7 +123,7 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
         os.dup2(fd, standard)
         os.close(fd)
     sys.stdout.reconfigure(line_buffering=os.isatty(1))  # as the caller's own stdout would buffer
-    os.chdir(request["cwd"])
+    os.umask(request["umask"] & 0o777)  # files the command writes get the modes they would in the caller's process
     os.environ.clear()
     os.environ.update(request["environ"])
     sys.path[:] = request["sys_path"]
@@ -122,9 +131,13 @@ def _run_for_caller(connection: socket.socket, request: dict[str, Any], fds: lis
     threading.Thread(target=_interrupt_if_caller_leaves, args=(connection, finished), daemon=True).start()
     from simulator.cli import execute
     from simulator.cluster import stay_joined_until_exit
+    from simulator.local_pool import LAST_WORDS
+
+    LAST_WORDS.append(lambda code: send_message(connection, {"exit": code}))  # the pool stopped mid-command
 
     stay_joined_until_exit()  # the caller gets its exit status before the driver leaves the cluster
     try:
+        os.chdir(request["cwd"])
         code = execute(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

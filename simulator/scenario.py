@@ -202,7 +202,7 @@ class ProtocolConfig(_Block):
     dropout_rate: float = Field(0.05, allow_inf_nan=False)
     """Assumed fraction of a round's participants that drop out, for `neighbours: auto` and the failure bounds in `summary.json`; in [0, 1)."""
     server: Literal["honest_but_curious", "may_lie"] = "honest_but_curious"
-    """What secure aggregation's silos assume of the server: `honest_but_curious` (it follows the protocol and only looks), or `may_lie` (it may tell silos different stories about who uploaded or substitute keys: identity keys registered at set-up, signed round keys, a consistency round before unmasking, threshold above half the share set). See docs/threat-model.md."""
+    """What secure aggregation's silos assume of the server: `honest_but_curious` (it follows the protocol and only looks; no protection against a server that lies, which can unmask any silo whenever the threshold is below the share set), or `may_lie` (it may withhold, replay or forge messages and tell each silo its own story: identity keys registered at set-up, committed and signed round keys, two consistency exchanges before unmasking, threshold above half the share set; the bound assumes an authentic registry, a coalition fixed before the run and honestly sampled participants). See docs/threat-model.md."""
 
     @field_validator("neighbours", mode="before")
     @classmethod

@@ -19,12 +19,15 @@ new ones start.
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 RELEASE_TIMEOUT_S = 60
+WAIT_STEP_S = 2.0  # how often a run waiting for its actors asks who holds the pool's actors
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,50 @@ class WorkerPool(ABC):
     @abstractmethod
     def stop_idle(self) -> None:
         """Stop every idle actor, freeing its resources for work that is not an actor run (e.g. attack tasks)."""
+
+    def others(self, *, waiting: bool) -> list[dict[str, Any]]:
+        """Say that this run waits (``waiting``) or no longer waits for its actors to be scheduled; while it waits,
+        stop the idle actors. Returns the other runs that hold actors of this pool (``holder``, ``since``,
+        ``cpus``, ``gpus`` and ``waiting``: since when that run waits itself, or None); none for a session's pool."""
+        if waiting:
+            self.stop_idle()
+        return []
+
+
+def wait_until_scheduled(refs: list[Any], *, pool: WorkerPool, timeout: float) -> tuple[list[Any], list[Any], str]:
+    """Wait for ``refs`` (calls to new actors): as long as another run holds actors of the pool and is not waiting
+    itself (saying so in one line on stderr each time who holds what changes), then up to ``timeout`` s more.
+    Returns the ready and pending refs, and who holds what at the end ("" when nothing is pending)."""
+    import ray
+
+    said, quiet_since, holders = "", time.monotonic(), []
+    try:
+        while True:
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=WAIT_STEP_S)
+            if not pending:
+                return ready, pending, ""
+            holders = pool.others(waiting=True)
+            if any(held["waiting"] is None for held in holders):  # one of them runs: it ends, and gives back
+                quiet_since = time.monotonic()
+                line = f"privsilo: waiting for CPUs/GPUs held by {held_by(holders)}"
+                if line != said:
+                    print(line, file=sys.stderr, flush=True)
+                    said = line
+            elif time.monotonic() - quiet_since >= timeout:
+                return ready, pending, held_by(holders)
+    finally:
+        pool.others(waiting=False)
+
+
+def held_by(holders: list[dict[str, Any]]) -> str:
+    """Who holds what: ``run of pid N on HOST (since 12:00:05, 1.5 CPUs, waiting itself since ...)``."""
+    if not holders:
+        return "no other run"
+    clock = lambda seconds: time.strftime("%H:%M:%S", time.localtime(seconds))  # noqa: E731
+    return "; ".join(f"the run of {held['holder'] or 'job ' + held['job']} (since {clock(held['since'])}, "
+                     f"{held['cpus']:g} CPUs, {held['gpus']:g} GPUs"
+                     + (f", waiting itself since {clock(held['waiting'])})" if held["waiting"] else ")")
+                     for held in holders)
 
 
 class SessionPool(WorkerPool):

@@ -2,6 +2,7 @@
 against a head that ``ray start --head`` started from another directory, as a user runs them (issue 29): one short
 round each, exit code 0 and sane outputs. Then the warm pool on that head: a user's module reaches leased workers
 (and where it cannot, one line and exit 2), and idle actors give up the GPU share a run of another shape needs.
+Last, a node lost mid-run (a cluster of its own: a head and ``ray start --address`` nodes, killed by process group).
 
 The head is one process tree of this module's, on free ports, with 4 CPUs and 1 logical GPU (no device: actors
 with a GPU share train on the CPU); at the end only that process group is signalled
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,31 +79,43 @@ def _free_ports(count: int) -> list[int]:
 def head(tmp_path_factory):
     """``ray start --head --block`` run from a directory of its own, in a process group of its own; yields its
     address; stops the group (the head's processes and workers) at the end."""
-    where = tmp_path_factory.mktemp("head_dir")
+    started, address = start_node(tmp_path_factory.mktemp("head_dir"), num_cpus=4, num_gpus=1)
+    try:
+        yield address
+    finally:
+        _stop_group(started)
+
+
+def start_node(where: Path, *, num_cpus: int, num_gpus: int = 0, head: str | None = None,
+               joinable: bool = False) -> tuple[subprocess.Popen, str]:
+    """``ray start --block``: a head (``joinable``: one that other nodes may join), or with ``head`` a node joining
+    it (with a HOME of its own, as on another machine), run from ``where`` in a process group of its own, on free
+    ports; the ``ray start`` process and the head's address."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    if head is not None:
+        (where / "home").mkdir(exist_ok=True)
+        env["HOME"] = str(where / "home")
+    if head is not None or joinable:  # conftest's "0" keeps the GCS on 127.0.0.1, where Ray refuses joining nodes
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     for attempt in range(START_ATTEMPTS):  # a loaded machine can miss Ray's fixed 30 s for the raylet to register
         gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = _free_ports(8)
-        command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={gcs}",
-                   "--node-ip-address=127.0.0.1", "--num-cpus=4", "--num-gpus=1", "--include-dashboard=false",
-                   "--disable-usage-stats", f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-                   f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-                   f"--runtime-env-agent-port={runtime_env_agent}", f"--node-manager-port={node_manager}",
-                   f"--object-manager-port={object_manager}"]
-        log_path = where / f"head-{attempt}.log"
+        role = [f"--address={head}"] if head else ["--head", f"--port={gcs}", "--include-dashboard=false",
+                                                   f"--ray-client-server-port={client}"]
+        command = [str(Path(sys.executable).with_name("ray")), "start", *role, "--block", "--node-ip-address=127.0.0.1",
+                   f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats",
+                   f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+                   f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env_agent}",
+                   f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}"]
+        log_path = where / f"node-{attempt}.log"
         with log_path.open("w") as log:
             started = subprocess.Popen(command, cwd=where, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 300
         while started.poll() is None and "Ray runtime started" not in log_path.read_text() and time.monotonic() < deadline:
             time.sleep(1)
         if started.poll() is None and "Ray runtime started" in log_path.read_text():
-            break
+            return started, head or f"127.0.0.1:{gcs}"
         _stop_group(started)
-    else:
-        pytest.fail(f"ray start --head failed {START_ATTEMPTS} times: {log_path.read_text()[-3000:]}")
-    try:
-        yield f"127.0.0.1:{gcs}"
-    finally:
-        _stop_group(started)
+    pytest.fail(f"ray start failed {START_ATTEMPTS} times: {log_path.read_text()[-3000:]}")
 
 
 def _stop_group(started: subprocess.Popen) -> None:
@@ -216,3 +230,83 @@ def test_idle_actors_give_up_the_gpu_share_a_run_of_another_shape_needs(head, tm
     thirds = gpu_run("thirds", 0.3, 3)
     assert not set(halves) & set(thirds)
     assert gpu_run("thirds_again", 0.3, 3) == thirds
+
+
+def test_the_silos_of_a_lost_node_come_back_on_a_new_one_or_the_run_stops_for_resume(tmp_path):
+    """Issue 39, on a head whose one CPU holds only the server, so that the silo workers (1.5 CPUs each) run on a
+    second node (``ray start --address``, a HOME of its own), whose process group gets SIGKILL after the first
+    checkpoint. The driver names the node as soon as Ray marks it dead, and its silos drop out.
+
+    First run: a new node joins after that line; the workers come back on it and the run ends (exit 0) with every
+    round and the crash counted. Second run, with ``federation.round_timeout`` 20 s: the node hosting the workers
+    is killed and none joins, so the run stops: exit 3 (not 2, the bad-input code), one error line naming the
+    node and the resume command; a node joins, and ``privsilo resume`` finishes the run."""
+    from simulator.errors import EXIT_RUNTIME_FAULT
+
+    nodes = []
+    try:
+        head_node, address = start_node(_directory(tmp_path / "head"), num_cpus=1, joinable=True)
+        nodes.append(head_node)
+        nodes.append(start_node(_directory(tmp_path / "node-1"), num_cpus=3, head=address)[0])
+        comes_back = _lost_node_run(tmp_path / "comes_back", address, nodes, round_timeout=600, replace=True)
+        assert comes_back.returncode == 0, comes_back.stderr[-3000:]
+        summary = json.loads((tmp_path / "comes_back" / "out" / "summary.json").read_text())
+        assert summary["failures"]["crashes"] >= 1 and summary["failures"]["rounds_with_dropouts"] >= 1, summary["failures"]
+        stops = _lost_node_run(tmp_path / "stops", address, nodes, round_timeout=20, replace=False)
+        assert stops.returncode == EXIT_RUNTIME_FAULT, stops.stderr[-3000:]
+        out = tmp_path / "stops" / "out"
+        error = stops.stderr.strip().splitlines()[-1]
+        assert error.startswith("privsilo: error: silo worker ") and "Ray node " in error, stops.stderr[-3000:]
+        assert "federation.round_timeout = 20 s" in error, error
+        assert error.endswith(f"continue from the last checkpoint with: privsilo resume {out}"), error
+        assert stops.stopped_s < 20 + 120, stops.stopped_s  # Ray's health checks take some 15-30 s to mark a node dead
+        nodes.append(start_node(_directory(tmp_path / "node-3"), num_cpus=3, head=address)[0])
+        resumed = privsilo("resume", str(out), "--no-progress", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert len(list(csv.DictReader((out / "metrics.csv").open()))) == LOST_NODE_ROUNDS
+    finally:
+        for node in reversed(nodes):
+            _stop_group(node)
+
+
+LOST_NODE_ROUNDS = 150
+
+
+def _lost_node_run(where: Path, address: str, nodes: list[subprocess.Popen], *, round_timeout: float,
+                   replace: bool) -> subprocess.CompletedProcess:
+    """A run whose two silo workers are on the last node of ``nodes``, which gets SIGKILL after the first
+    checkpoint; the driver must name it, once, with both silos; with ``replace`` a new node joins then. The run's
+    result, with ``stopped_s``: the seconds from the kill to the run's end."""
+    where.mkdir()
+    scenario = _scenario_file(where, "lost", data={"dataset": "digits", "partition": "iid", "silos": 2},
+                              federation={**FAST, "rounds": LOST_NODE_ROUNDS, "round_timeout": round_timeout},
+                              resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1.5, "num_gpus": 0}, "silos_per_actor": 1})
+    out, lines = where / "out", []
+    command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--address", address, "--out", str(out), "--no-progress"]
+    run = subprocess.Popen(command, cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint.pkl").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.poll() is None, "".join(lines)[-3000:]
+    os.killpg(nodes[-1].pid, signal.SIGKILL)
+    killed = time.monotonic()
+    while not any("Ray node " in line and " died;" in line for line in lines) and run.poll() is None and time.monotonic() < killed + 300:
+        time.sleep(0.2)
+    if replace:
+        nodes.append(start_node(_directory(where / "node"), num_cpus=3, head=address)[0])
+    stdout = run.stdout.read()
+    run.wait(timeout=900)
+    reader.join(timeout=60)
+    stderr = "".join(lines)
+    died = [line for line in stderr.splitlines() if "Ray node " in line and "died; its silos [0, 1] drop out" in line]
+    assert len(died) == 1, [line for line in stderr.splitlines() if "Ray node" in line] or stderr[-3000:]
+    result = subprocess.CompletedProcess(command, run.returncode, stdout, stderr)
+    result.stopped_s = time.monotonic() - killed
+    return result
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -79,6 +79,12 @@ def test_same_seed_same_draws_and_sources():
 
 def test_zero_sigma_and_bad_sigma():
     assert not discrete_gaussian(0.0, 10, np.random.default_rng(0)).any()
-    for bad in (-1.0, math.inf, math.nan):
+    for bad in (-1.0, math.inf, math.nan, 1e-170):  # 1e-170: its square underflows float64
         with pytest.raises(ValueError, match="sigma"):
             discrete_gaussian(bad, 10, np.random.default_rng(0))
+
+
+def test_a_32_bit_bit_generator_gets_full_64_bit_words():
+    """MT19937's native words are 32 bits; the sampler must still see 64-bit uniforms (a chi-square at sigma 10)."""
+    draws = discrete_gaussian(10.0, 200_000, np.random.Generator(np.random.MT19937(1)))
+    assert chi_square_p(draws, 10.0) > P_MIN

@@ -2,12 +2,14 @@
 the silo's clipping, the server's noise and divisor, and a run through real Ray actors."""
 from __future__ import annotations
 
+import csv
 import json
 import logging
 
 import dp_accounting
 import numpy as np
 import pytest
+import yaml
 from opacus.accountants import RDPAccountant as OpacusRdp
 
 from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
@@ -26,7 +28,7 @@ SETTINGS = [(1.0, 1.0, 10), (0.5, 1.0, 30), (0.1, 0.8, 200), (0.01, 1.2, 1000)] 
 
 
 def _accountant(q: float, z: float, rounds: int, *, accountant: str = "rdp", silos: int = 3) -> ClientLevelAccountant:
-    account = ClientLevelAccountant(delta=DELTA, accountant=accountant)
+    account = ClientLevelAccountant(delta=DELTA, noise_multiplier=z, accountant=accountant)
     for round_index in range(rounds):
         for silo in range(silos):  # every uploading silo reports the round; it counts once
             account.record(silo, ClientLevelGaussianEvent(round_index=round_index, sampling_rate=q, noise_multiplier=z))
@@ -68,6 +70,20 @@ def test_report_is_client_level_and_gives_the_servers_view() -> None:
     assert report["guarantee"].startswith("client-level") and report["rounds_accounted"] == 30
     assert report["epsilon_without_sampling"] == pytest.approx(_accountant(1.0, 1.0, 30).report()["epsilon"], rel=1e-12)
     assert "epsilon_without_sampling" not in _accountant(1.0, 1.0, 30).report()
+
+
+def test_rounds_without_uploads_are_accounted_at_q() -> None:
+    """A held round counts whether or not any silo was sampled: given that a round ran, a silo was in it with
+    probability q / (1 - (1 - q)^N) > q, so accounting only the rounds with uploads at q would be below the truth."""
+    account = ClientLevelAccountant(delta=DELTA, noise_multiplier=1.0)
+    for round_index in range(20):
+        account.round_held(round_index, client_rate=0.1)
+        if round_index % 5 == 0:  # uploads in 4 of the 20 rounds
+            account.record(0, ClientLevelGaussianEvent(round_index=round_index, sampling_rate=0.1, noise_multiplier=1.0))
+    assert account.report()["rounds_accounted"] == 20
+    assert account.report()["epsilon"] == pytest.approx(_accountant(0.1, 1.0, 20).report()["epsilon"], rel=1e-12)
+    with pytest.raises(ValueError, match="disagree about round 3"):
+        account.record(0, ClientLevelGaussianEvent(round_index=3, sampling_rate=0.2, noise_multiplier=1.0))
 
 
 def test_accountant_refuses_disagreeing_silos_and_other_events() -> None:
@@ -181,9 +197,11 @@ def test_run_through_ray_reports_the_accountants_epsilon(ray_local, tmp_path, cl
     run(scenario, out_dir=tmp_path / "out")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     privacy = summary["privacy"]
-    rounds = privacy["rounds_accounted"]
-    assert 1 <= rounds <= 3
-    assert privacy["epsilon"] == pytest.approx(_accountant(0.5, 1.5, rounds).report()["epsilon"], rel=1e-12)
+    assert privacy["rounds_accounted"] == 3  # every round held, whoever was sampled
+    assert privacy["epsilon"] == pytest.approx(_accountant(0.5, 1.5, 3).report()["epsilon"], rel=1e-12)
+    with open(tmp_path / "out" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 3 and all(row["train_loss"] == "" for row in rows)  # not privatised: never written
     assert privacy["guarantee"].startswith("client-level")
     assert any("number of silos" in item for item in privacy["assumed_public"])
     assert np.isfinite(summary["final"]["accuracy"])
@@ -218,7 +236,11 @@ def test_client_level_audit_bound_is_positive_and_below_the_claim(ray_local) -> 
     report = audit(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml",
                    overrides=["model.name=logistic_regression", "audit.canaries=300", "data.silos=3"])
     assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
-    assert report.to_json()["unit"] == "client"
+    written = report.to_json()
+    assert written["unit"] == "client"
+    scenario = yaml.safe_load((REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml").read_text())
+    rounds, z = scenario["federation"]["rounds"], scenario["mechanism"]["noise_multiplier"]
+    assert written["gdp_mu_star"] == pytest.approx(rounds**0.5 / z, rel=1e-6)  # rate 1: exactly sqrt(T) / z
 
 
 def test_audit_refuses_client_sampling(tmp_path) -> None:

@@ -2,13 +2,20 @@
 the background that ``privsilo run`` uses without ``--address`` (with the results of a cold run), ``pool stop``
 ends every process it started, an idle pool stops by itself, and a pool whose head died is reported, not waited on.
 The pool's ready driver (simulator.ready_driver) runs a command for its caller: with the caller's streams, exit
-status and Ctrl-C, and only for a caller that would run the same code.
+status and Ctrl-C, and only for a caller that would run the same code; it survives any bytes on its socket. Only
+the owner can join the pool (a real second Unix user cannot), a run interrupted on it resumes once it is gone,
+concurrent runs of different shapes all finish, and a killed driver or supervisor ends the command with one line.
 
 Every test has a state directory of its own (``PRIVSILO_STATE_DIR``), so it never sees another pool."""
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
+import pwd
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,6 +32,7 @@ from simulator.processes import process_start
 from tests.conftest import REPO, small_scenario
 from tests.test_warm_pool import metrics_without_wall_times
 
+OTHER_USER = "privsilo-test-other"
 GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded machine is slower
 
 
@@ -120,6 +128,8 @@ def test_a_run_without_address_uses_the_local_pool_with_a_cold_runs_results_and_
 
     assert "stopped the local pool" in privsilo("pool", "stop").stdout
     wait_until_gone(processes | pool_actors)
+    log = (state_dir / "local-pool.log").read_text()
+    assert "stopped: signal SIGTERM" in log and "SIGTERM received" not in log and "frames" not in log  # no crash-like dump
     assert local_pool.read_state() is None and not (state_dir / driver_protocol.SOCKET_NAME).exists()
     proc = privsilo("pool", "status", code=2)
     assert proc.stderr.strip() == ("privsilo: error: pool status: no local pool is running (`privsilo pool start` "
@@ -193,3 +203,257 @@ def test_the_ready_driver_runs_a_command_as_its_own_process_would_and_only_for_t
     wait_until_gone({driver})
     assert not (tmp_path / "interrupted" / "summary.json").exists()
     privsilo("pool", "stop")
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[str]:
+    """A second Unix user (created for the test, removed after it): needs root."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("a second Unix user needs root and useradd; this test runs as a user without them")
+    try:
+        pwd.getpwnam(OTHER_USER)
+        created = False
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True)
+        created = True
+    yield OTHER_USER
+    if created:
+        subprocess.run(["userdel", OTHER_USER], check=False)
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """The local addresses of the TCP sockets the processes ``pids`` listen on (from /proc)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            inodes |= {os.readlink(fd.path)[8:-1] for fd in os.scandir(f"/proc/{pid}/fd")
+                       if os.readlink(fd.path).startswith("socket:[")}
+        except OSError:
+            continue  # it ended meanwhile
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state, inode = (fields := line.split())[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # LISTEN
+                packed = bytes.fromhex(local.split(":")[0])
+                host = b"".join(packed[i:i + 4][::-1] for i in range(0, len(packed), 4))  # words in host order
+                address = ipaddress.ip_address(host)
+                found.add(str(getattr(address, "ipv4_mapped", None) or address))
+    return found
+
+
+def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_pools_code(state_dir, other_user, tmp_path):
+    state, processes = started_pool("--idle-timeout", "600")
+    ready_driver()  # its socket is one of the files the other user tries
+    assert state.address.startswith("127.0.0.1:")
+    status = privsilo("pool", "status").stdout.splitlines()  # the owner joins with the token
+    assert status[1:] == ["no actor in the local pool yet (the next run, sweep, audit or attack starts them)"]
+    assert listening_addresses(processes) == {"127.0.0.1"}  # the GCS, the raylet, its workers: loopback only
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    files = sorted(path.name for path in state_dir.iterdir())
+    assert files == ["local-pool.json", "local-pool.log", "ray-auth-token", driver_protocol.SOCKET_NAME]
+    assert all(stat.S_IMODE((state_dir / name).stat().st_mode) == 0o600 for name in files)
+
+    def intrude(*how: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "tests.pool_intruder", other_user, str(state_dir), state.address,
+                               *how], capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout.splitlines()[-1])
+        assert report["uid"] == pwd.getpwnam(other_user).pw_uid
+        assert report["files"] == {name: "PermissionError" for name in [".", *files]}
+        return report
+
+    for how in (["--no-token"], ["--token-guess"]):
+        assert intrude(*how)["joined"].startswith("AuthenticationError: RPC error: InvalidAuthToken"), how
+    # the control: the same user, handed the token, gets in (so the token, not the user's files, is the gate)
+    assert intrude("--token-from", str(state_dir / "ray-auth-token"))["joined"].startswith("read ")
+
+    # the owner, running another copy of privsilo (edited): the pool's workers would run the pool's code, so the
+    # command neither joins the pool nor hands itself to the pool's ready driver
+    copy = tmp_path / "copy"
+    for package in ("simulator", "mechanisms", "protocols", "privsilo"):
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "simulator" / "silo.py").open("a") as edited:
+        edited.write("\nEDITED = True\n")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(federation={"rounds": 1, "client_rate": 1.0, "local_steps": 2,
+                                                                  "batch_size": 32, "lr": 0.1})))
+    other_code = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+                                 str(tmp_path / "out")], capture_output=True, text=True, cwd=copy, timeout=600,
+                                env={**os.environ, "PYTHONPATH": str(copy)})
+    assert other_code.returncode == 0, other_code.stderr[-3000:]
+    assert other_code.stdout.splitlines()[0] == (f"privsilo: the local pool runs privsilo from {REPO}, this command "
+                                                 f"from {copy}; it starts Ray of its own")
+    assert privsilo("pool", "status").stdout.splitlines()[1:] == status[1:]  # still no actor in the pool
+
+
+@pytest.mark.timeout(1800)
+def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_uninterrupted_runs_results(state_dir, tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="outlives", checkpoint={"every": 1}, federation={
+        "rounds": 40, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
+    state, _ = started_pool("--idle-timeout", "600")
+    interrupted = tmp_path / "interrupted"
+    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+                               str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (interrupted / "checkpoint.pkl").exists():
+        assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
+        time.sleep(0.1)
+    caller.send_signal(signal.SIGINT)
+    out, err = caller.communicate(timeout=600)
+    assert caller.returncode == 130 and f"Ray head at {state.address}" in out, out[-2000:] + err[-3000:]
+    privsilo("pool", "stop")
+
+    resumed = privsilo("resume", str(interrupted), "--no-progress")  # the pool's head is gone: Ray of its own
+    assert "local warm pool" not in resumed.stdout and state.address not in resumed.stdout + resumed.stderr
+    privsilo("run", str(scenario), "--no-progress", "--out", str(tmp_path / "whole"))
+    assert (metrics_without_wall_times(interrupted / "metrics.csv")
+            == metrics_without_wall_times(tmp_path / "whole" / "metrics.csv"))
+    whole, model = torch.load(tmp_path / "whole" / "model.pt"), torch.load(interrupted / "model.pt")
+    assert whole.keys() == model.keys() and all(torch.equal(whole[k], model[k]) for k in whole)
+
+
+def malformed_messages(seed: int, count: int) -> Iterator[tuple[bytes, bool]]:
+    """``count`` byte strings that are not a caller's request (seeded), each with whether to send three file
+    descriptors with it: random bytes, lengths up to 2**64 - 1, truncated bodies, JSON that is not an object, nested
+    deeply, not UTF-8, and requests with fields missing, of the wrong type or holding non-strings."""
+    import random
+
+    rng = random.Random(seed)
+    good = {"argv": ["run"], "cwd": "/", "environ": {}, "sys_path": [], "fingerprint": driver_protocol.fingerprint(),
+            "umask": 0o22}
+
+    def framed(body: bytes, length: int | None = None) -> bytes:
+        return (len(body) if length is None else length).to_bytes(8, "big") + body
+
+    def spoiled() -> dict:  # each field chosen is left out or given a value it may not hold
+        request = dict(good)
+        for name in rng.sample(sorted(good), rng.randint(1, 3)):
+            kind = driver_protocol.REQUEST_FIELDS[name]
+            wrong = [v for v in (None, True, 1.5, -1, "x", [], {}, 2 ** 70) if not isinstance(v, kind) or v is True]
+            wrong += [[1], [None]] if kind is list else [{"a": 1}] if kind is dict else []
+            if rng.random() < 0.4:
+                del request[name]
+            else:
+                request[name] = rng.choice(wrong)
+        return request
+
+    makers = [
+        lambda: rng.randbytes(rng.randint(0, 300)),
+        lambda: framed(b"", rng.choice([2 ** 62, 2 ** 64 - 1, driver_protocol.MAX_MESSAGE_BYTES + 1])),
+        lambda: framed(b'{"argv": [', rng.randint(11, 5000)),  # shorter than it says, then the sender leaves
+        lambda: framed(json.dumps(rng.choice([[1, 2], "x", 3, None, 1.5, True])).encode()),
+        lambda: framed(b"[" * rng.randint(10_000, 200_000)),
+        lambda: framed(b'{"a": "\xff\xfe"}'),
+        lambda: framed(json.dumps(spoiled()).encode()),
+        lambda: framed(rng.randbytes(rng.randint(1, 200))),
+    ]
+    for _ in range(count):
+        yield rng.choice(makers)(), rng.random() < 0.5
+
+
+def test_the_ready_driver_survives_any_bytes_and_slow_senders_and_honours_the_callers_umask(state_dir, tmp_path):
+    import socket
+
+    started_pool("--idle-timeout", "600")
+    driver = ready_driver()
+    path = state_dir / driver_protocol.SOCKET_NAME
+    sent = 0
+    with open(os.devnull) as null:
+        for message, with_fds in malformed_messages(seed=39, count=150):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.connect(str(path))
+                try:
+                    if with_fds:
+                        socket.send_fds(connection, [message[:1] or b"\0"], [null.fileno()] * 3)
+                        message = message[1:]
+                    connection.sendall(message)
+                    connection.shutdown(socket.SHUT_WR)
+                    connection.recv(1 << 16)  # the refusal, or the end
+                except OSError:
+                    pass  # the driver closed first: it had read enough to refuse
+            sent += 1
+    assert process_start(driver) is not None and ready_driver() == driver
+    log = (state_dir / "local-pool.log").read_text()
+    assert log.count("ready driver: ignored a connection that sent no request") == sent and "Traceback" not in log
+
+    slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a sender that stalls after its first bytes
+    slow.connect(str(path))
+    slow.sendall((100).to_bytes(8, "big") + b"{")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(federation={"rounds": 1, "client_rate": 1.0, "local_steps": 2,
+                                                                  "batch_size": 32, "lr": 0.1})))
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+                           str(tmp_path / "private")], capture_output=True, text=True, cwd=REPO, timeout=600,
+                          preexec_fn=lambda: os.umask(0o077))
+    slow.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wait_until_gone({driver})  # the real command was served by that driver
+    assert "(TimeoutError" in (state_dir / "local-pool.log").read_text()  # the stalled sender was dropped
+    written = [tmp_path / "private", *(tmp_path / "private").rglob("*")]
+    modes = {p.relative_to(tmp_path).as_posix(): oct(stat.S_IMODE(p.stat().st_mode)) for p in written}
+    assert all(mode == ("0o700" if p.is_dir() else "0o600") for p, mode in zip(written, modes.values())), modes
+
+
+@pytest.mark.timeout(1800)
+def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_line_naming_the_resume_command(state_dir, tmp_path):
+    state, _ = started_pool("--idle-timeout", "600")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(name="lost", checkpoint={"every": 1}, federation={
+        "rounds": 400, "client_rate": 1.0, "local_steps": 20, "batch_size": 32, "lr": 0.1})))
+
+    def killed_midway(name: str, victim) -> tuple[int, list[str], float]:
+        """Start a run in the pool's ready driver, SIGKILL ``victim(caller)`` once the run checkpointed: the
+        caller's exit status, its stderr lines (all the driver wrote there) and the seconds from the kill to then."""
+        ready_driver()
+        out = tmp_path / name
+        caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
+                                   "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while not (out / "checkpoint.pkl").exists():
+            assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
+            time.sleep(0.1)
+        os.kill(victim(caller), signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = caller.communicate(timeout=600)  # until the driver too let go of the caller's stderr
+        assert "Traceback" not in err, err[-3000:]
+        return caller.returncode, err.splitlines(), time.monotonic() - killed
+
+    resume = f"no results were written; continue from the last checkpoint with: privsilo resume {tmp_path / '{}'}"
+    driver = ready_driver()
+    code, err, seconds = killed_midway("driver", lambda _: driver)
+    assert code == 1 and err == [f"privsilo: error: the local pool's ready driver (pid {driver}) that ran this command "
+                                 f"ended without an exit status (log: {state_dir / 'local-pool.log'}); {resume.format('driver')}"]
+    print(f"a killed ready driver: the caller exited {seconds:.1f} s after")
+    code, err, _ = killed_midway("caller", lambda caller: caller.pid)  # the driver interrupts the run, as Ctrl-C would
+    assert code == -signal.SIGKILL and err == [f"privsilo: interrupted; {resume.format('caller')}"]
+    code, err, seconds = killed_midway("supervisor", lambda _: state.pid)
+    assert code == 1 and err == [f"privsilo: error: the local pool stopped while this command ran (its supervisor, pid "
+                                 f"{state.pid}, is gone); {resume.format('supervisor')}"]  # none of Ray's complaints
+    print(f"a killed supervisor: the caller exited {seconds:.1f} s after")
+
+
+@pytest.mark.timeout(1800)
+def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(state_dir, tmp_path):
+    started_pool("--idle-timeout", "600", "--num-cpus", "2")
+    runs = {}
+    for name, cpus, rounds in (("a", 0.6, 15), ("b", 0.5, 3), ("c", 0.4, 3)):
+        scenario = tmp_path / f"{name}.yaml"
+        scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 0.5}, "silo": {
+            "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
+                                                           "batch_size": 32, "lr": 0.1})))
+        runs[name] = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
+                                       "--out", str(tmp_path / name)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=REPO)
+        if name == "a":  # the others start while it runs
+            deadline = time.monotonic() + GONE_WITHIN_S
+            while not (tmp_path / "a" / "checkpoint.pkl").exists():
+                assert time.monotonic() < deadline and runs["a"].poll() is None, "run a did not start its rounds"
+                time.sleep(0.2)
+    outputs = {name: run.communicate(timeout=1200) for name, run in runs.items()}
+    for name, run in runs.items():
+        assert run.returncode == 0, outputs[name][0][-2000:] + outputs[name][1][-3000:]
+        assert (tmp_path / name / "summary.json").exists()
+    waited = [line for _, err in outputs.values() for line in err.splitlines() if line.startswith("privsilo: waiting")]
+    assert waited and all(" held by the run of pid " in line for line in waited), outputs

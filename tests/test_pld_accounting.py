@@ -236,6 +236,7 @@ def test_dp_sgd_run_reports_pld_beside_rdp(ray_local, tmp_path):
         ({"name": "dp_sgd", "accountant": "prv"}, "'rdp' or 'pld'"),
         ({"name": "dp_sgd", "accountant": "pld", "delta": 1e-12}, "allowed: rdp, or pld with delta >= 1e-10"),
         ({"name": "uldp", "accountant": "pld", "delta": 5e-11}, "allowed: rdp, or pld with delta >= 1e-10"),
+        ({"name": "dp_fedavg", "accountant": "pld", "delta": 1e-11}, "allowed: rdp, or pld with delta >= 1e-10"),
     ],
 )
 def test_refusals_exit_2_naming_the_field(tmp_path, mechanism, allowed):

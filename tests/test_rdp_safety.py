@@ -184,7 +184,7 @@ def _dp_sgd_epsilon() -> float:
 
 
 def _dp_fedavg_epsilon() -> float:
-    accountant = ClientLevelAccountant(delta=DELTA)
+    accountant = ClientLevelAccountant(delta=DELTA, noise_multiplier=2.0)
     accountant.record(0, ClientLevelGaussianEvent(round_index=0, sampling_rate=0.5, noise_multiplier=2.0))
     return accountant.report()["epsilon"]
 

@@ -274,7 +274,7 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
     left (found by its pids and by its session's name, never touching another Ray on the machine). Then
     ``privsilo resume DIR``, with neither the scenario file nor the ``--set`` the run was started with, ends with
     the results of the run never interrupted."""
-    from simulator.ray_watchdog import session_processes
+    from simulator.ray_watchdog import session_pattern, session_processes
 
     scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=5, faults={})
     scenario_file = tmp_path / "scenario.yaml"
@@ -293,13 +293,13 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
         process.wait(timeout=60)
         deadline = time.monotonic() + 30
         while True:
-            left = {pid for pid in ray_processes if _running(pid)} | {pid for name in sessions for pid in session_processes(name)}
+            left = {pid for pid in ray_processes if _running(pid)} | set(session_processes(session_pattern(process.pid), since=0))
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert not left, {pid: ray_processes.get(pid) for pid in left}
     finally:
-        for pid in {*ray_processes, *(pid for name in sessions for pid in session_processes(name))}:
+        for pid in {*ray_processes, *session_processes(session_pattern(process.pid), since=0)}:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
     assert not (killed / "summary.json").exists()

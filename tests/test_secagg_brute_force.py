@@ -9,10 +9,10 @@ subset is enumerated, and for each one every strategy of the server that the sil
 * Exposing an honest silo ``v``: the server tells each honest silo a set of uploaders; a holder of ``v``'s shares
   reveals its share of ``b_v`` if ``v`` is in the set it signed, of ``s_v`` otherwise, and only once, for every
   silo ``w`` whose shares it holds, ``t`` of ``w``'s holders signed that same set (corrupt silos sign anything).
-  ``v`` is exposed when corrupt and revealed shares reach ``t`` of both kinds. Only whether ``v`` is in a set
-  decides a holder's kind, and stories that differ elsewhere only split the signers, so the search over every
-  split of the honest silos between "everybody uploaded" and "all but ``v`` did" (both sets a silo signs: at
-  most ``d`` missing and connected) covers every strategy.
+  ``v`` is exposed when corrupt and revealed shares reach ``t`` of both kinds. The search covers every split of
+  the honest silos between "everybody uploaded" and "all but ``v`` did" (both sets a silo signs: at most ``d``
+  missing and connected). Stories are not every strategy: a server that also withholds shares or forwards
+  different signatures is searched in ``tests/test_secagg_adversary.py``.
 * Splitting the honest uploaders: the server places up to ``d`` dropouts among the honest silos (every placement
   is tried); it wins when the honest silos left are disconnected once the corrupt ones are removed, while the
   claimed uploaders (everybody but the placed dropouts) stay connected, as the silos require.

@@ -3,6 +3,7 @@ plain summation. Pure protocol code: no Ray; each round is driven by the engine'
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import itertools
 import math
@@ -21,6 +22,7 @@ from protocols.crypto_random import seeded_for_tests
 from protocols.fixed_point import EncodingOverflowError, FixedPointCodec
 from protocols.plain import PlainSumServer, PlainSumSilo
 from protocols.secure_aggregation import (
+    ConfirmedUploaders,
     ConsistencyRequest,
     ConsistencySignature,
     MaskedVector,
@@ -97,13 +99,23 @@ def advertised_keys(view: dict[str, dict[int, object]]) -> dict[int, tuple[bytes
     return {i: (a.mask_public_key, a.channel_public_key) for i, a in view["ADVERTISE_KEYS"].items()}
 
 
+def through_keys(silos, server, round_index: int = 0) -> dict[int, NeighbourKeys]:
+    """Round ``round_index`` up to the server's answer to ``ADVERTISE_KEYS`` (with ``COMMIT_KEYS`` first when the
+    silos assume a server that may lie), every silo present."""
+    server.begin_round(round_index=round_index, participants=tuple(sorted(silos)))
+    inbound: dict[int, object] = {}
+    for stage in server.round_stages[:server.round_stages.index(SecAggStage.ADVERTISE_KEYS) + 1]:
+        inbound = dict(server.round_relay(stage, {i: s.round_reply(stage, inbound.get(i), round_index=round_index)
+                                                  for i, s in silos.items()}, round_index=round_index))
+    return inbound
+
+
 def first_round_graph(n: int, *, degree: int | None, seed: int = 0, **settings) -> dict[int, tuple[int, ...]]:
     """The graph round 0 of ``federation(n, seed=seed)`` will have without dropouts at ``ADVERTISE_KEYS``: drawn
     from the keys its silos will advertise (their test randomness is deterministic, so twins advertise the same)."""
-    twins, _ = federation(n, seed=seed, **settings)
-    keys = {i: twin.round_reply(SecAggStage.ADVERTISE_KEYS, None, round_index=0) for i, twin in twins.items()}
-    seed_of_graph = graph_seed(0, {i: (a.mask_public_key, a.channel_public_key) for i, a in keys.items()})
-    return round_graph(tuple(range(n)), degree=degree, seed=seed_of_graph, round_index=0)
+    twins, twin_server = federation(n, seed=seed, **settings)
+    through_keys(twins, twin_server)
+    return twin_server._round.graph
 
 
 def run_round(silos, server, vectors, *, round_index: int, drops: dict[int, str] | None = None) -> Round:
@@ -137,7 +149,7 @@ def run_round(silos, server, vectors, *, round_index: int, drops: dict[int, str]
         total = server.combine(messages, round_index=round_index, participants=tuple(sorted(messages)), unmasking=replies)
     except RoundAbandoned as abandoned:
         return Round(None, abandoned, tuple(sorted(view.get("protect", {}))), view)
-    return Round(total, None, tuple(sorted(messages)), view)
+    return Round(total, None, server.summed if isinstance(server, SecAggServer) else tuple(sorted(messages)), view)
 
 
 def random_vectors(n: int, rng: np.random.Generator, length: int = 40) -> dict[int, np.ndarray]:
@@ -461,7 +473,7 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
         server.relay(SecAggStage.ADVERTISE_KEYS, {})
     with pytest.raises(ProtocolStateError, match="no setup stages"):
         silos[0].setup_reply(SecAggStage.ADVERTISE_KEYS, None)
-    assert server.setup_stages == () and server.round_stages == tuple(SecAggStage)
+    assert server.setup_stages == () and server.round_stages == tuple(SecAggStage)[1:]
     with pytest.raises(ProtocolStateError, match="but is in no round"):
         silos[0].protect(np.zeros(2), round_index=0, participants=(0, 1))
     with pytest.raises(ProtocolStateError, match="but is in no round"):
@@ -474,18 +486,17 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
     advertisements = {i: s.round_reply(SecAggStage.ADVERTISE_KEYS, None, round_index=1) for i, s in silos.items()}
     with pytest.raises(ProtocolStateError, match="keys are fresh every round"):
         silos[0].round_reply(SecAggStage.ADVERTISE_KEYS, None, round_index=1)
-    with pytest.raises(ProtocolStateError, match="did not advertise its own keys"):
-        server.round_relay(SecAggStage.ADVERTISE_KEYS, {**advertisements, 3: advertisements[2]}, round_index=1)
     with pytest.raises(ProtocolStateError, match="non-participants"):
         server.round_relay(SecAggStage.ADVERTISE_KEYS, {**advertisements, 9: advertisements[2]}, round_index=1)
     with pytest.raises(ProtocolStateError, match="got SHARE_KEYS for round 1, but is in round 1 at ADVERTISE_KEYS"):
         server.round_relay(SecAggStage.SHARE_KEYS, {}, round_index=1)
     keys = server.round_relay(SecAggStage.ADVERTISE_KEYS, advertisements, round_index=1)
     with pytest.raises(ProtocolStateError, match="needs this round's NeighbourKeys"):
-        silos[0].round_reply(SecAggStage.SHARE_KEYS, None, round_index=1)
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, "no keys", round_index=1)
     shares = {i: s.round_reply(SecAggStage.SHARE_KEYS, keys[i], round_index=1) for i, s in silos.items()}
-    with pytest.raises(ProtocolStateError, match="did not send shares for exactly"):
-        server.round_relay(SecAggStage.SHARE_KEYS, {**shares, 3: shares[2]}, round_index=1)
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # a silo sending shares for others than its neighbours counts as dropped
+    assert 3 not in twin.round_relay(SecAggStage.SHARE_KEYS, {**shares, 3: shares[2]}, round_index=1)
     bundles = server.round_relay(SecAggStage.SHARE_KEYS, shares, round_index=1)
     tampered = type(bundles[0])(round_index=1, ciphertexts={1: bundles[0].ciphertexts[2], 2: bundles[0].ciphertexts[2], 3: bundles[0].ciphertexts[3]})
     with pytest.raises(ProtocolStateError, match="do not authenticate"):
@@ -506,8 +517,10 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
         server.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
     requests = server.unmask_requests(messages, round_index=1)
     replies = {i: s.unmask_reply(requests[i], round_index=1) for i, s in silos.items()}
-    with pytest.raises(ProtocolStateError, match="did not answer its unmasking request"):
-        server.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking={**replies, 3: replies[2]})
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # a reply that answers another request counts as no answer
+    np.testing.assert_array_equal(
+        twin.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking={**replies, 3: replies[2]}), np.full(2, 4.0))
     with pytest.raises(ProtocolStateError, match="but the requests went to"):
         server.combine(messages, round_index=1, participants=(0, 1, 2), unmasking=replies)
     np.testing.assert_array_equal(server.combine(messages, round_index=1, participants=(0, 1, 2, 3), unmasking=replies), np.full(2, 4.0))
@@ -521,8 +534,8 @@ def test_the_server_detects_an_unchecked_encoding_that_wrapped_the_sum() -> None
     rogue_codec = FixedPointCodec(fractional_bits=codec.fractional_bits, max_summands=codec.max_summands, margin_bits=0)
     silos[1] = SecAggSilo(1, codec=rogue_codec, random=seeded_for_tests(1))
     vectors = {0: np.array([codec.max_abs_value]), 1: np.array([2**codec.margin_bits * codec.max_abs_value]), 2: np.zeros(1)}
-    with pytest.raises(EncodingOverflowError, match="decoded sum of 3 encoding"):
-        run_round(silos, server, vectors, round_index=0)
+    result = run_round(silos, server, vectors, round_index=0)  # a protocol fault: never blamed on fractional_bits
+    assert "decoded sum of 3 encoding" in str(result.abandoned) and "fractional_bits is not the cause" in str(result.abandoned)
 
 
 def test_masked_vectors_differ_from_encodings_and_look_uniform() -> None:
@@ -675,6 +688,9 @@ def test_the_parameter_report_for_summary_json() -> None:
     assert [row["round_size"] for row in summary["by_round_size"]] == [10, 12]
     assert [row["rounds"] for row in summary["by_round_size"]] == [2, 1]
     assert summary["dropouts_beyond_assumption"] == [{"round": 1, "participants": 10, "dropped": 2, "assumed_at_most": 1}]
+    assert "no protection against a server that lies" in summary["assumes"]
+    lying = run_report(dataclasses.replace(settings, server="may_lie"), [(0, 100, 0)])
+    assert "authentic registry" in lying["assumes"] and "sampled independently of who is corrupt" in lying["assumes"]
     assert "1 round(s) lost more silos" in excess_warning(summary["dropouts_beyond_assumption"], dropout_rate=0.05)
     assert round_parameters(9, neighbours=3, threshold=None).degree == 4  # odd K with odd n: K + 1
     assert round_parameters(9, neighbours=8, threshold=None).degree is None
@@ -962,9 +978,13 @@ def split_views(silos, view, *, victim: int, told_it_dropped: frozenset[int], ma
                 replies[i] = silo.unmask_reply(UnmaskRequest(0, uploaded, len(story[i])), round_index=0)
         return replies
     signatures = {i: silo.unmask_reply(ConsistencyRequest(0, story[i]), round_index=0).signature for i, silo in silos.items()}
+    confirmations = {}
     for i, silo in silos.items():
         with contextlib.suppress(ProtocolStateError):
-            replies[i] = silo.unmask_reply(SignedUploaders(0, signatures), round_index=0)
+            confirmations[i] = silo.unmask_reply(SignedUploaders(0, signatures), round_index=0).signature
+    for i, silo in silos.items():
+        with contextlib.suppress(ProtocolStateError):
+            replies[i] = silo.unmask_reply(ConfirmedUploaders(0, confirmations), round_index=0)
     return replies
 
 
@@ -1000,9 +1020,7 @@ def test_a_server_that_splits_the_survivors_views_unmasks_an_update_only_where_t
 
 def test_a_server_cannot_substitute_keys_when_silos_assume_it_may_lie() -> None:
     silos, server = federation(6, neighbours=2, server="may_lie")
-    server.begin_round(round_index=0, participants=tuple(range(6)))
-    adverts = {i: s.round_reply(SecAggStage.ADVERTISE_KEYS, None, round_index=0) for i, s in silos.items()}
-    inbound = server.round_relay(SecAggStage.ADVERTISE_KEYS, adverts, round_index=0)
+    inbound = through_keys(silos, server)
     victim = 0
     honest = inbound[victim]
     peer = next(p for p in honest.keys if p != victim)
@@ -1010,12 +1028,13 @@ def test_a_server_cannot_substitute_keys_when_silos_assume_it_may_lie() -> None:
     keys = {**honest.keys, peer: (forged, honest.keys[peer][1])}
     with pytest.raises(ProtocolStateError, match=f"keys relayed for silo {peer} do not carry its signature"):
         silos[victim].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(honest, keys=keys), round_index=0)
+    roster = dataclasses.replace(honest.roster, advertised={**honest.roster.advertised, peer: (forged, *honest.roster.advertised[peer][1:])})
+    with pytest.raises(ProtocolStateError, match=rf"keys relayed for silos \[{peer}\] do not carry their signature"):
+        silos[victim].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(honest, keys=keys, roster=roster), round_index=0)
     stranger = next(p for p in range(6) if p not in honest.keys)  # a silo that is not its neighbour in the graph
     keys = {**{p: k for p, k in honest.keys.items() if p != peer}, stranger: inbound[stranger].keys[stranger]}
-    signatures = {**{p: s for p, s in honest.signatures.items() if p != peer}, stranger: inbound[stranger].signatures[stranger]}
     with pytest.raises(ProtocolStateError, match="not its neighbours in the round's graph"):
-        silos[victim].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(honest, keys=keys, signatures=signatures),
-                                  round_index=0)
+        silos[victim].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(honest, keys=keys), round_index=0)
     silos[victim].round_reply(SecAggStage.SHARE_KEYS, honest, round_index=0)  # the honest relay is accepted
 
 
@@ -1104,3 +1123,184 @@ def test_may_lie_bounds_count_the_dropouts_the_server_places() -> None:
         for degree in (4, 8, 12):
             settings = dict(federation=n, corrupt=corrupt_silos(n, 0.05), dropped=dropped_silos(n, 0.05))
             assert _disconnection(n, degree, server="may_lie", **settings) >= _disconnection(n, degree, **settings)
+
+
+def commit_stage(silos, server, round_index: int = 0):
+    """Round ``round_index`` through ``COMMIT_KEYS`` (silos that assume a server that may lie): the commitments and
+    the list the server answers with."""
+    server.begin_round(round_index=round_index, participants=tuple(sorted(silos)))
+    commitments = {i: s.round_reply(SecAggStage.COMMIT_KEYS, None, round_index=round_index) for i, s in silos.items()}
+    return commitments, server.round_relay(SecAggStage.COMMIT_KEYS, commitments, round_index=round_index)
+
+
+def test_may_lie_silos_check_every_commitment_and_roster_entry_against_the_registry() -> None:
+    """Unregistered ids, unsigned commitments, a roster that leaves out a committed silo or carries keys signed over
+    another commitment list (a different graph), and claims that name silos outside the roster are all refused."""
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    commitments, lists = commit_stage(silos, server)
+    honest = lists[0]
+    forged = {**honest.commitments, 99: (b"\0" * 32, b"\0" * 64)}
+    with pytest.raises(ProtocolStateError, match=r"unregistered or unsampled silos \[99\]"):
+        silos[0].round_reply(SecAggStage.ADVERTISE_KEYS, dataclasses.replace(honest, participants=(*honest.participants, 99),
+                                                                            commitments=forged), round_index=0)
+    unsigned = {**honest.commitments, 3: (honest.commitments[3][0], honest.commitments[4][1])}
+    with pytest.raises(ProtocolStateError, match=r"commitments relayed for silos \[3\] do not carry their signature"):
+        silos[0].round_reply(SecAggStage.ADVERTISE_KEYS, dataclasses.replace(honest, commitments=unsigned), round_index=0)
+    # silo 7 sees a list without silo 6: its keys are signed over another list, so nobody accepts them together
+    other = dataclasses.replace(honest, commitments={i: c for i, c in honest.commitments.items() if i != 6})
+    reveals = {i: s.round_reply(SecAggStage.ADVERTISE_KEYS, other if i == 7 else lists[i], round_index=0)
+               for i, s in silos.items()}
+    with pytest.raises(RoundAbandoned, match=r"silos \[7\] committed to round keys and did not reveal valid keys"):
+        copy = pickle.loads(pickle.dumps(server))
+        copy._round = server._round
+        copy.round_relay(SecAggStage.ADVERTISE_KEYS, reveals, round_index=0)
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    keys = through_keys(silos, server)
+    roster = keys[0].roster
+    missing = dataclasses.replace(roster, advertised={i: a for i, a in roster.advertised.items() if i != 5})
+    with pytest.raises(ProtocolStateError, match=r"silos \[5\] committed to keys the roster does not reveal"):
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, dataclasses.replace(keys[0], roster=missing), round_index=0)
+    run_from_keys = {i: s.round_reply(SecAggStage.SHARE_KEYS, keys[i], round_index=0) for i, s in silos.items()}
+    bundles = server.round_relay(SecAggStage.SHARE_KEYS, run_from_keys, round_index=0)
+    for i, s in silos.items():
+        s.round_reply(SecAggStage.COLLECT_SHARES, bundles[i], round_index=0)
+        s.protect(np.ones(2), round_index=0, participants=tuple(range(8)))
+    with pytest.raises(ProtocolStateError, match=r"name silos \[99\] outside the round's roster"):
+        silos[0].unmask_reply(ConsistencyRequest(0, (*range(1, 8), 0, 99)), round_index=0)
+
+
+def test_a_committed_silo_that_reveals_nothing_ends_the_round_naming_it() -> None:
+    """The server cannot choose whose keys the graph seed hashes: a silo that committed and then reveals no keys
+    (or keys other than it committed to) ends the round, named, rather than dropping out."""
+    silos, server = federation(8, neighbours=4, server="may_lie", dropout_rate=0.25)
+    result = run_round(silos, server, random_vectors(8, np.random.default_rng(0)), round_index=0,
+                       drops={3: "ADVERTISE_KEYS"})
+    assert result.abandoned is not None and "silos [3] committed to round keys" in str(result.abandoned)
+    result = run_round(silos, server, random_vectors(8, np.random.default_rng(0)), round_index=1,
+                       drops={3: "COMMIT_KEYS"})  # a silo lost before committing is an ordinary dropout
+    assert result.abandoned is None and 3 not in result.uploaders
+
+
+LOW_ORDER_POINT = bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800")
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+def test_a_low_order_key_drops_its_silo_or_ends_the_round_never_its_neighbours(server_model) -> None:
+    """A silo advertising a low-order X25519 key (every peer's shared secret would be zero): with an honest-but-
+    curious server it counts as dropped and the others' sum comes out; with may_lie the round ends naming it (its
+    key does not match what it committed to). A silo sent such a key by the server refuses, naming the silo."""
+    n = 8
+    silos, server = federation(n, neighbours=4, server=server_model, dropout_rate=0.25)
+    vectors = random_vectors(n, np.random.default_rng(1))
+    bad = silos[2]
+    original = bad._reveal_keys if server_model == "may_lie" else bad._advertise
+
+    def low_order(inbound, round_index):
+        advertisement = original(inbound, round_index)
+        return dataclasses.replace(advertisement, mask_public_key=LOW_ORDER_POINT)
+
+    setattr(bad, "_reveal_keys" if server_model == "may_lie" else "_advertise", low_order)
+    result = run_round(silos, server, vectors, round_index=0)
+    if server_model == "may_lie":
+        assert result.abandoned is not None and "silos [2]" in str(result.abandoned)
+    else:
+        assert result.abandoned is None and 2 not in result.uploaders
+        np.testing.assert_array_equal(result.total, exact_sum(server.codec, vectors, result.uploaders))
+    silos, server = federation(n, neighbours=4)
+    keys = through_keys(silos, server)
+    peer = next(p for p in keys[0].keys if p != 0)
+    forged = dataclasses.replace(keys[0], keys={**keys[0].keys, peer: (LOW_ORDER_POINT, keys[0].keys[peer][1])})
+    with pytest.raises(ProtocolStateError, match=rf"invalid or low-order keys of silos \[{peer}\]"):
+        silos[0].round_reply(SecAggStage.SHARE_KEYS, forged, round_index=0)
+
+
+def tamper(silo, *, owner: int, kind: str):
+    """Make ``silo`` answer the unmasking request with a wrong share of ``owner``'s seed (``kind``: ``self_mask_shares``
+    or ``mask_seed_shares``)."""
+    original = silo.unmask_reply
+
+    def reply(request, *, round_index):
+        answer = original(request, round_index=round_index)
+        if isinstance(answer, UnmaskReply) and owner in getattr(answer, kind):
+            index, value = getattr(answer, kind)[owner]
+            wrong = ((int.from_bytes(value, "big") + 1) % PRIME).to_bytes(17, "big")
+            answer = dataclasses.replace(answer, **{kind: {**getattr(answer, kind), owner: (index, wrong)}})
+        return answer
+
+    silo.unmask_reply = reply
+
+
+def test_a_wrong_share_is_outvoted_by_surplus_shares_or_abandons_the_round_naming_its_holder() -> None:
+    """Complete graph of 7, threshold 4: with every silo answering, a wrong self-mask share among 7 is outvoted (the
+    sum is exact); with a dropped silo whose mask seed 6 holders reveal, a wrong share is found by the seed's
+    public key; with only t shares of a mask seed, a wrong one abandons the round naming the holders, never
+    a wrong sum and never a blame on fractional_bits."""
+    n = 7
+    silos, server = federation(n, threshold=4)
+    vectors = random_vectors(n, np.random.default_rng(2))
+    tamper(silos[3], owner=5, kind="self_mask_shares")
+    result = run_round(silos, server, vectors, round_index=0)
+    assert result.abandoned is None
+    np.testing.assert_array_equal(result.total, exact_sum(server.codec, vectors, result.uploaders))
+    silos, server = federation(n, threshold=4, seed=1)
+    tamper(silos[3], owner=6, kind="mask_seed_shares")
+    result = run_round(silos, server, vectors, round_index=0, drops={6: "protect"})
+    assert result.abandoned is None and 6 not in result.uploaders
+    np.testing.assert_array_equal(result.total, exact_sum(server.codec, vectors, result.uploaders))
+    silos, server = federation(n, threshold=4, seed=2)
+    tamper(silos[3], owner=6, kind="mask_seed_shares")
+    result = run_round(silos, server, vectors, round_index=0, drops={6: "protect", 0: "unmask", 1: "unmask"})
+    assert result.abandoned is not None and "silo 6's mask seed do not fit together" in str(result.abandoned)
+    assert "fractional_bits" not in str(result.abandoned).split("(a protocol fault")[0]
+
+
+def test_signatures_replayed_from_another_round_count_for_nothing() -> None:
+    """Every statement names its round and graph seed: signatures of the same claimed uploaders from round 0,
+    replayed in round 1, leave a silo with no co-signers, so it refuses to sign (and never reveals)."""
+    n = 8
+    silos, server = federation(n, neighbours=4, server="may_lie", dropout_rate=0.25)
+    vectors = random_vectors(n, np.random.default_rng(5))
+    everybody = tuple(range(n))
+    old = {}
+    for round_index in (0, 1):
+        through_uploads(silos, server, vectors, round_index=round_index)
+        claim = ConsistencyRequest(round_index, everybody)
+        fresh = {i: s.unmask_reply(claim, round_index=round_index).signature for i, s in silos.items()}
+        if round_index == 0:
+            old = fresh
+            continue
+        with pytest.raises(ProtocolStateError, match="a round of 1 participant"):  # only itself left
+            silos[0].unmask_reply(SignedUploaders(1, old), round_index=1)
+        assert isinstance(silos[1].unmask_reply(SignedUploaders(1, fresh), round_index=1), ConsistencySignature)
+
+
+def test_a_share_at_the_wrong_index_counts_as_not_received_and_its_sender_as_dropped(monkeypatch) -> None:
+    """With may_lie a silo checks each share's index against its rank in the sender's share set: shares a sender
+    deals at shifted indices count as not received (no exception), the receivers do not mask with it, and they
+    sign no claim naming it, only one that counts it as dropped."""
+    import protocols.secure_aggregation.silo as silo_module
+
+    n = 10
+    silos, server = federation(n, neighbours=4, server="may_lie", dropout_rate=0.2)
+    honest_split, bad = silo_module.split, silos[4]
+    share_honestly = bad._share
+
+    def share_shifted(inbound, round_index):
+        def shifted(secret, **kwargs):
+            return {h: (index + 1, value) for h, (index, value) in honest_split(secret, **kwargs).items()}
+        monkeypatch.setattr(silo_module, "split", shifted)
+        try:
+            return share_honestly(inbound, round_index)
+        finally:
+            monkeypatch.setattr(silo_module, "split", honest_split)
+
+    bad._share = share_shifted
+    participants = tuple(range(n))
+    through_uploads(silos, server, random_vectors(n, np.random.default_rng(3)))
+    neighbours = sorted(set(bad._round.keys) - {4})
+    assert neighbours and all(4 not in silos[i]._round.shares for i in neighbours)
+    with pytest.raises(ProtocolStateError, match=r"name neighbours \[4\] whose shares it never received"):
+        silos[neighbours[0]].unmask_reply(ConsistencyRequest(0, participants), round_index=0)
+    other = silos[neighbours[1]]
+    claim = tuple(i for i in participants if i != 4)
+    assert isinstance(other.unmask_reply(ConsistencyRequest(0, claim), round_index=0), ConsistencySignature)

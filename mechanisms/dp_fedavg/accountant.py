@@ -20,30 +20,35 @@ from mechanisms.accounting import schedule_epsilon
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import ClientLevelGaussianEvent
 
-GUARANTEE = "client-level (epsilon, delta)-DP (one silo's clipped update zeroed out), DP-FedAvg"
+GUARANTEE = "client-level (epsilon, delta)-DP (one silo's noised contribution zeroed out), DP-FedAvg"
 
 
 class ClientLevelAccountant(PrivacyAccountant):
     """Composes each round's [`ClientLevelGaussianEvent`][mechanisms.events.ClientLevelGaussianEvent] once, by
     ``accountant`` (``rdp``, or ``pld`` reported beside RDP)."""
 
-    def __init__(self, *, delta: float, accountant: str = "rdp") -> None:
+    def __init__(self, *, delta: float, noise_multiplier: float, accountant: str = "rdp") -> None:
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must lie in (0, 1), got {delta}")
         if accountant not in ("rdp", "pld"):
             raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
-        self.delta, self.accountant = delta, accountant
+        self.delta, self.accountant, self.noise_multiplier = delta, accountant, float(noise_multiplier)
         self._rounds: dict[int, tuple[float, float]] = {}  # round -> (q, z)
+
+    def round_held(self, round_index: int, *, client_rate: float) -> None:
+        self._add_round(round_index, (float(client_rate), self.noise_multiplier))
 
     def record(self, silo_id: int, event: Any) -> None:
         if not isinstance(event, ClientLevelGaussianEvent):
             raise TypeError(f"dp_fedavg accounts ClientLevelGaussianEvent, got {type(event).__name__}")
-        setting = (float(event.sampling_rate), float(event.noise_multiplier))
+        self._add_round(int(event.round_index), (float(event.sampling_rate), float(event.noise_multiplier)))
+
+    def _add_round(self, round_index: int, setting: tuple[float, float]) -> None:
         if not (0.0 < setting[0] <= 1.0 and math.isfinite(setting[1]) and setting[1] >= 0.0):
-            raise ValueError(f"sampling_rate must lie in (0, 1] and noise_multiplier be finite and >= 0, got {event}")
-        known = self._rounds.setdefault(int(event.round_index), setting)
+            raise ValueError(f"sampling_rate must lie in (0, 1] and noise_multiplier be finite and >= 0, got {setting}")
+        known = self._rounds.setdefault(round_index, setting)
         if known != setting:
-            raise ValueError(f"silos disagree about round {event.round_index}: (q, z) = {known} vs {setting}")
+            raise ValueError(f"silos and server disagree about round {round_index}: (q, z) = {known} vs {setting}")
 
     def _epsilon(self, *, knows_sample: bool, accountant: str) -> float:
         counts: dict[tuple[float, float], int] = {}
@@ -57,7 +62,7 @@ class ClientLevelAccountant(PrivacyAccountant):
         report: dict[str, Any] = {
             "guarantee": GUARANTEE + (
                 "; amplified by Poisson client sampling, against a party who does not learn which silos were sampled "
-                "(the server's view is epsilon_without_sampling)" if sampled else ""),
+                "(the server's view, and that of a reader of metrics.csv's participants, is epsilon_without_sampling)" if sampled else ""),
             "epsilon": _finite(self._epsilon(knows_sample=False, accountant=self.accountant)),
             "delta": self.delta,
             "rounds_accounted": len(self._rounds),

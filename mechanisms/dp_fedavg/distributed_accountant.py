@@ -25,8 +25,8 @@ from mechanisms.base import PrivacyAccountant
 from mechanisms.events import DistributedDiscreteGaussianEvent
 from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp
 
-GUARANTEE = ("client-level (epsilon, delta)-DP (one silo's clipped update zeroed out), DP-FedAvg with the distributed "
-             "discrete Gaussian under secure aggregation; the server sees only the sum")
+GUARANTEE = ("client-level (epsilon, delta)-DP (one silo's rounded update zeroed out, its share of the noise still "
+             "added), DP-FedAvg with the distributed discrete Gaussian under secure aggregation; the server sees only the sum")
 ORDERS = np.array([order for order in DEFAULT_ORDERS if order == int(order)], dtype=np.float64)
 
 

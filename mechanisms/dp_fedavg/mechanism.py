@@ -1,7 +1,8 @@
 """``dp_fedavg``: client-level DP-FedAvg (McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private
 Recurrent Language Models", ICLR 2018, Algorithm 1).
 
-Neighbouring relation: one silo's update zeroed out (the silo is still sampled and counted; Kairouz et al. 2021's
+Neighbouring relation: one silo's noised coordinates zeroed out (its update and, with adaptive clipping, its
+centred clipped-count bit: 0, not +1/2; the silo is still sampled; Kairouz et al. 2021's
 zero-out relation, which the add/remove-one analysis of the Poisson-subsampled Gaussian covers). Per round the
 server Poisson-samples silos at rate q (``federation.client_rate``); each sampled silo trains locally from the
 global model (FedAvg's local SGD, with FedProx's term where ``federation.proximal_mu`` > 0), clips its model delta
@@ -85,7 +86,7 @@ class DpFedAvgSilo(SiloMechanism):
         ctx, params = self.context, self.params
         clip = params.clip_norm if plan is None else plan.value
         (start,) = state
-        delta, mean_loss = local_sgd(ctx, start)
+        delta, _ = local_sgd(ctx, start)
         update = clip_to_norm(delta, clip)
         unclipped, members = float(np.linalg.norm(delta) <= clip), 1
         if ctx.canaries is not None and len(ctx.canaries):  # canary client c uploads C u_c with its host silo
@@ -95,7 +96,7 @@ class DpFedAvgSilo(SiloMechanism):
         count = [unclipped - members / 2] if params.clipping == "adaptive" else []
         event = ClientLevelGaussianEvent(round_index=round_index, sampling_rate=rate, noise_multiplier=params.noise_multiplier)
         vector = np.concatenate([update, count, [public_rate(rate)]])
-        return SiloContribution(vector=vector, events=(event,), metrics={"train_loss": mean_loss})
+        return SiloContribution(vector=vector, events=(event,))  # no training loss: it is not privatised
 
 
 class DpFedAvgServer(ServerMechanism):
@@ -202,7 +203,8 @@ class DpFedAvg(Mechanism):
 
         if self.params.noise == "distributed":
             return DistributedAccountant(delta=self.params.delta)
-        return ClientLevelAccountant(delta=self.params.delta, accountant=self.params.accountant)
+        return ClientLevelAccountant(delta=self.params.delta, noise_multiplier=self.params.noise_multiplier,
+                                     accountant=self.params.accountant)
 
     def assumed_public(self) -> tuple[str, ...]:
         return (SILO_COUNT_PUBLIC,)

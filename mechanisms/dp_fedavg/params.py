@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from mechanisms.base import FederationShape, MechanismParams
+from mechanisms.base import FederationShape, MechanismParams, pld_needs_its_smallest_delta
 from mechanisms.dp_fedavg.distributed import MIN_SIGMA, DistributedSetting
 
 
@@ -33,6 +33,8 @@ class DpFedAvgParams(MechanismParams):
     """`adaptive` (required there): sigma_b, the noise on the count of unclipped updates (Andrew et al. suggest the expected silos per round / 20); it must exceed noise_multiplier / 2, as the update's noise multiplier becomes (z^-2 - (2 sigma_b)^-2)^(-1/2)."""
     accountant: Literal["rdp", "pld"] = "rdp"
     """`rdp` (Renyi DP) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`)."""
+
+    _pld_needs_its_smallest_delta = field_validator("accountant")(pld_needs_its_smallest_delta)
 
     @model_validator(mode="after")
     def _count_noise_fits(self) -> "DpFedAvgParams":

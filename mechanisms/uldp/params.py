@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mechanisms.base import MechanismParams
+from mechanisms.base import MechanismParams, pld_needs_its_smallest_delta
 
 
 class UldpParams(MechanismParams):
@@ -62,15 +62,7 @@ class UldpParams(MechanismParams):
             raise ValueError("variant 'group' has no user-level sub-sampling; must be 1.0")
         return value
 
-    @field_validator("accountant")
-    @classmethod
-    def _pld_has_a_smallest_delta(cls, value: str, info: ValidationInfo) -> str:
-        """PLD's float64 composition is not trusted below ``mechanisms.pld.SMALLEST_DELTA``."""
-        if value == "pld" and "delta" in info.data:
-            from mechanisms.pld import check_pld_delta
-
-            check_pld_delta(info.data["delta"])
-        return value
+    _pld_needs_its_smallest_delta = field_validator("accountant")(pld_needs_its_smallest_delta)
 
     @model_validator(mode="after")
     def _group_needs_k(self) -> "UldpParams":

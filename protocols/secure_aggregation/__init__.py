@@ -9,34 +9,42 @@ engine's loop). With ``server="may_lie"`` a set-up registers every silo's Ed2551
 
 0. ``begin_round`` (server): the degree ``K`` (or the complete graph) and threshold ``t`` for ``|P|`` out of the
    federation (``parameters.py``).
-1. ``ADVERTISE_KEYS`` (Bonawitz round 0): silo ``u`` draws from the OS CSPRNG a 16-byte mask seed ``s_u``
+1. ``COMMIT_KEYS`` (``may_lie`` only): silo ``u`` draws its round secrets (step 2) and sends a signed hash of its
+   public keys; the server sends every committer the one list of commitments (``CommitmentList``).
+2. ``ADVERTISE_KEYS`` (Bonawitz round 0): silo ``u`` draws from the OS CSPRNG a 16-byte mask seed ``s_u``
    (its X25519 mask key ``sk_u = HKDF(s_u)``), a 16-byte self-mask seed ``b_u`` and an X25519 channel key
-   ``c_u``, and sends both public keys (signed, ``may_lie``). The server draws the graph ``H(n, K)`` under a
-   relabelling seeded by the hash of every advertised key (``graph.py``) and sends each silo its neighbours'
-   keys (``NeighbourKeys``; ``may_lie``: with their signatures and the roster, from which the silo recomputes
-   the graph).
-2. ``SHARE_KEYS`` (round 1): ``u`` Shamir-splits ``s_u`` and ``b_u`` (threshold ``t``) among its share set,
+   ``c_u``, and sends both public keys (``may_lie``: after checking the commitment list, signed with its hash).
+   The server refuses invalid or low-order keys (that silo sits the round out; ``may_lie``: the round ends,
+   naming it), draws the graph ``H(n, K)`` under a relabelling seeded by the hash of the list and every key
+   (``graph.py``), and sends each silo its neighbours' keys (``NeighbourKeys``; ``may_lie``: with the roster,
+   every entry of which the silo checks against the registry and the commitments, and recomputes the graph).
+3. ``SHARE_KEYS`` (round 1): ``u`` Shamir-splits ``s_u`` and ``b_u`` (threshold ``t``) among its share set,
    itself and those neighbours, and sends each neighbour its two shares AES-GCM-encrypted under their channel
-   key (``sharing.py``; ``may_lie``: with the list of holders). The server relays each ciphertext to its
-   addressee only (``ShareBundle``).
-3. ``COLLECT_SHARES``: ``u`` decrypts and keeps the shares of the neighbours that shared (``U2``).
-4. ``protect`` (round 2): ``y_u = encode(x_u) + PRG(b_u) + sum_v s_uv PRG(k_uv)`` mod 2^64 over those
+   key (``sharing.py``; ``may_lie``: with the list of holders, checked against the graph with the share's index).
+   The server relays each ciphertext to its addressee only (``ShareBundle``).
+4. ``COLLECT_SHARES``: ``u`` decrypts and keeps the shares of the neighbours that shared (``U2``).
+5. ``protect`` (round 2): ``y_u = encode(x_u) + PRG(b_u) + sum_v s_uv PRG(k_uv)`` mod 2^64 over those
    neighbours ``v``, ``s_uv = +1`` if ``u < v`` else ``-1``, ``k_uv = HKDF(X25519(sk_u, pk_v))``, PRG the
    AES-256-CTR keystream (``masks.py``).
-5. ``may_lie`` only, the consistency round (round 3): ``unmask_requests`` sends every uploader the claimed set of
-   uploaders ``U3``; each signs it; ``unmask_follow_up`` forwards the signatures; a silo reveals nothing unless,
-   for every silo whose share it holds, ``t`` of that silo's holders signed the same ``U3``.
-6. ``unmask_requests``/``unmask_follow_up`` / ``unmask_reply`` / ``combine`` (round 4): each uploader reveals its
-   shares of ``b_v`` for the members of its share set that uploaded and of ``s_v`` for the others. The server
-   recovers each uploader's ``b`` and each non-uploading sharer's ``s`` from exactly ``t`` shares, subtracts
-   ``PRG(b_u)`` and the pairwise masks between uploaders and non-uploaders, and decodes. A silo that uploaded and
-   then dropped stays in the sum; fewer than ``t`` shares of a needed seed raise ``RoundAbandoned``, as does any
-   step after which some silo keeps fewer than ``t`` share holders.
+6. ``may_lie`` only, the consistency exchanges (round 3): ``unmask_requests`` sends every uploader the claimed
+   uploaders ``U``; each signs it if a truthful server could claim it and it names no neighbour whose shares the
+   silo did not receive (``U3 ⊆ U2``); ``unmask_follow_up`` sends the signatures, whose signers ``U'`` each silo
+   signs in turn (a non-signer counts as dropped), then the signatures of ``U'``; a silo reveals nothing unless,
+   for every silo whose share it holds, ``t`` of that silo's holders signed the same ``U'``.
+7. ``unmask_requests``/``unmask_follow_up`` / ``unmask_reply`` / ``combine`` (round 4): each uploader reveals its
+   shares of ``b_v`` for the members of its share set that uploaded (``may_lie``: that are in ``U'``) and of
+   ``s_v`` for the others. The server recovers each summed silo's ``b`` and each other sharer's ``s``, checking
+   surplus shares against the polynomial (a wrong share is outvoted or the round is abandoned naming the
+   holders), subtracts ``PRG(b_u)`` and the pairwise masks between summed and other silos, and decodes.
+   A silo that uploaded and then dropped stays in the sum (``may_lie``: if it signed ``U``); fewer than ``t``
+   shares of a needed seed raise ``RoundAbandoned``, as does any step after which some silo keeps fewer than
+   ``t`` share holders.
 
 Never both shares. A silo refuses any request that would make it reveal, in one round, both kinds of share of
 one silo (or a share of its own mask seed). A server that tells different holders different stories defeats
-that per-silo check whenever ``2t <= s`` (``s`` the share set); the consistency round with ``t > s / 2``
-(enforced with ``may_lie``) leaves room for one story only.
+that per-silo check whenever ``t < s`` (``s`` the share set): ``honest_but_curious`` gives no protection against
+a server that lies. The consistency exchanges with ``t > s / 2`` (enforced with ``may_lie``) leave room for one
+story only.
 
 Why keys are fresh every round. With run-level keys, recovering ``s_v`` after ``v`` dropped in round ``r``
 would give the server ``v``'s pairwise masks for every round; as soon as ``v`` uploads again in a later round
@@ -56,11 +64,14 @@ fewer uploaded, and the server abandons such a round before asking for any share
 from protocols.secure_aggregation.graph import harary_degree, public_permutation, round_graph
 from protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
 from protocols.secure_aggregation.messages import (
+    CommitmentList,
+    ConfirmedUploaders,
     ConsistencyRequest,
     ConsistencySignature,
     EncryptedShares,
     IdentityKey,
     IdentityRegistry,
+    KeyCommitment,
     MaskedVector,
     NeighbourKeys,
     RoundKeyAdvertisement,
@@ -77,6 +88,7 @@ from protocols.secure_aggregation.parameters import (
     DEFAULT_CORRUPT_FRACTION,
     DEFAULT_DROPOUT_RATE,
     SECURITY_PARAMETER,
+    SERVER_ASSUMPTIONS,
     SERVER_MODELS,
     GraphSettings,
     RoundParameters,
@@ -101,6 +113,10 @@ from protocols.secure_aggregation.silo import SecAggSilo
 
 __all__ = [
     "CORRECTNESS_PARAMETER",
+    "CommitmentList",
+    "ConfirmedUploaders",
+    "KeyCommitment",
+    "SERVER_ASSUMPTIONS",
     "SERVER_MODELS",
     "ConsistencyRequest",
     "ConsistencySignature",

@@ -7,7 +7,7 @@ and an engine can record them as the server's view.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -19,6 +19,10 @@ class SecAggStage(enum.Enum):
     """The per-round stages (``SecAggServer.round_stages``), in order. Masked input is ``SecAggSilo.protect``;
     unmasking is ``unmask_requests`` / ``unmask_reply`` / ``combine``."""
 
+    COMMIT_KEYS = enum.auto()
+    """Only when the server may lie: each silo draws its round keys and sends a signed hash of them
+    (``KeyCommitment``); the server answers with every commitment (``CommitmentList``). The graph seed then
+    depends on keys revealed only after the set of committed silos is fixed, so the server cannot grind it."""
     ADVERTISE_KEYS = enum.auto()
     """Bonawitz et al. round 0: each silo sends two fresh public keys; the server answers with its neighbours'."""
     SHARE_KEYS = enum.auto()
@@ -52,10 +56,32 @@ class IdentityRegistry(ReadOnlyMappings):
 
 
 @dataclass(frozen=True)
+class KeyCommitment:
+    """When the server may lie: a silo's signed SHA-256 of its round keys (``signatures.key_digest``), sent before
+    any key of the round is seen (``COMMIT_KEYS``)."""
+
+    sender: int
+    round_index: int
+    digest: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class CommitmentList(ReadOnlyMappings):
+    """When the server may lie: the round's sampled silos and every commitment (``commitments[id] = (digest,
+    signature)``), one object for every silo. Each silo signs its hash (``signatures.list_digest``) with its keys,
+    so the silos in one roster all saw one list; every committed silo must reveal its keys or the round ends."""
+
+    round_index: int
+    participants: tuple[int, ...]
+    commitments: Mapping[int, tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True)
 class RoundKeyAdvertisement:
     """A silo's two fresh X25519 public keys for one round (32 raw bytes each): for pairwise masks and for the
-    channel that carries its shares (``ADVERTISE_KEYS``); signed with its identity key when the server may lie
-    (``signature``, else empty)."""
+    channel that carries its shares (``ADVERTISE_KEYS``); signed with its identity key, together with the hash of
+    the commitment list it was sent, when the server may lie (``signature``, else empty)."""
 
     sender: int
     round_index: int
@@ -72,21 +98,22 @@ class NeighbourKeys(ReadOnlyMappings):
     ``participants`` is the round's number of sampled silos, from which the silo re-derives the graph degree
     and threshold it expects (``round_parameters``).
 
-    When the server may lie it also relays the signatures of those keys (``signatures``) and the ``roster``,
-    from which the silo recomputes the round's graph and checks that ``keys`` holds exactly its neighbours."""
+    When the server may lie it also relays the ``roster`` (every signed key of the round), from which the silo
+    recomputes the round's graph and checks that ``keys`` holds exactly its neighbours."""
 
     round_index: int
     participants: int
     threshold: int
     keys: Mapping[int, tuple[bytes, bytes]]
-    signatures: Mapping[int, bytes] = field(default_factory=dict)
     roster: "RoundRoster | None" = None
 
 
 @dataclass(frozen=True)
 class RoundRoster(ReadOnlyMappings):
     """When the server may lie: the round's sampled silos (``participants``, sorted) and every advertiser's signed
-    keys (``advertised[id] = (mask, channel, signature)``), one object shared by every silo's ``NeighbourKeys``."""
+    keys (``advertised[id] = (mask, channel, signature)``), one object shared by every silo's ``NeighbourKeys``.
+    Every silo checks every entry: registered, signed over the commitment list it saw, matching its commitment,
+    and every committed silo present."""
 
     round_index: int
     participants: tuple[int, ...]
@@ -144,8 +171,9 @@ class UnmaskReply(ReadOnlyMappings):
 
 @dataclass(frozen=True)
 class ConsistencyRequest:
-    """When the server may lie, its first message after the uploads to every uploader: the set of silos it
-    claims uploaded (Bonawitz et al.'s consistency check). The silo answers with its signature of that set."""
+    """When the server may lie, its first message after the uploads to every uploader: the set ``U`` of silos it
+    claims uploaded (Bonawitz et al.'s consistency check). The silo answers with its signature of that set, bound
+    to the round's graph, if every neighbour ``U`` names is one whose shares it received and masked with."""
 
     round_index: int
     uploaded: tuple[int, ...]
@@ -153,7 +181,8 @@ class ConsistencyRequest:
 
 @dataclass(frozen=True)
 class ConsistencySignature:
-    """A silo's Ed25519 signature of ``(round, the set of uploaders it was told)``."""
+    """A silo's Ed25519 signature of ``(round, graph seed, the set of uploaders it was told)`` (first exchange) or of
+    the set of those uploaders that signed it (second exchange, ``signatures.uploaders_message``)."""
 
     sender: int
     round_index: int
@@ -162,9 +191,19 @@ class ConsistencySignature:
 
 @dataclass(frozen=True)
 class SignedUploaders(ReadOnlyMappings):
-    """The server's unmasking request when it may lie: the signatures of the consistency round that the silo
-    needs (those of the holders of every share it holds), by signer. The silo reveals shares as for the set it
-    signed, and only once enough holders signed the same set."""
+    """The server's second message when it may lie: every signature of ``U`` it received, by signer (one object
+    for every silo). The signers are the round's uploaders ``U'``; a silo that uploaded and did not sign counts as
+    dropped. The silo signs ``U'`` if it misses at most ``d`` of the round's silos and the graph connects it."""
+
+    round_index: int
+    signatures: Mapping[int, bytes]
+
+
+@dataclass(frozen=True)
+class ConfirmedUploaders(ReadOnlyMappings):
+    """The server's unmasking request when it may lie: the signatures of ``U'`` (``SignedUploaders``), by signer.
+    A silo reveals its share of ``b_w`` for the ``w`` in ``U'`` and of ``s_w`` for the others, and only once
+    ``threshold`` of every such ``w``'s share holders signed the same ``U'``."""
 
     round_index: int
     signatures: Mapping[int, bytes]

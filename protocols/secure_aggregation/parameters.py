@@ -21,14 +21,29 @@ Bell et al.'s theorems):
 
   - ``honest_but_curious`` server: exposed means ``>= t`` corrupt neighbours (the coalition holds ``t`` shares
     of both of its seeds).
-  - ``may_lie`` server (it may tell different silos different stories about who uploaded; the consistency round
-    of ``silo.py`` stands against that): a share holder of ``v`` reveals a share only after ``t`` of ``v``'s
-    share holders signed the same set of uploaders. Two honest holders that reveal different kinds of share of
-    ``v`` saw two such sets, whose ``2t`` signers overlap, within ``v``'s ``s`` holders, in at least ``2t - s``
-    silos, all corrupt (an honest silo signs one set). So ``v`` is exposed only with ``>= 2t - s`` corrupt
-    neighbours (and ``>= t``, which ``2t - s <= t`` implies)::
+  - ``honest_but_curious`` gives no protection against a server that lies: by telling each holder "only you and
+    ``v`` uploaded" it makes the holders reveal both seeds of ``v`` whenever ``t < s``, with no corrupt silo.
+  - ``may_lie`` server (it may withhold or forge messages, tell each silo its own story about who uploaded and
+    signed, and claim any silos dropped; ``silo.py`` gives the checks). Each honest holder reveals at most one
+    kind of share of a silo ``v`` in a round, and only after ``t`` of ``v``'s ``s`` share holders signed the
+    same set ``U'`` it signed. The server recovers both seeds of ``v`` only with ``t`` shares of each kind, so
+    with ``>= 2t - s`` corrupt holders. Otherwise it recovers at most one seed of every honest silo, and what it
+    computes is a sum over a set ``A`` of honest uploaders whose self-mask seeds it holds and whose unknown
+    pairwise masks cancel inside ``A``. A silo ``u`` whose ``b_u`` is revealed signed ``U'`` (it is in it), and
+    it signed only a ``U`` naming no neighbour whose shares it did not receive; each holder accepts a ``U'``
+    missing at most ``d`` silos and connected in the one graph every signer agrees on (the statements name the
+    graph seed, and the commitment list fixes that seed before any key is seen). So the honest silos outside
+    ``A`` that ``A`` borders are all missing from ``U'`` or corrupt: cutting ``A`` from the other honest uploaders
+    takes two windows of ``L`` ring positions filled by corrupt silos and at most ``d`` silos the server places,
+    the disconnection event below. ``tests/test_secagg_adversary.py`` searches the server's moves on small
+    graphs and finds no win outside these two events::
 
       P_sec <= n * P[Hyp(N - 1, C, K) >= e] + P_disconnected,      e = t, or 2t - s for may_lie.
+
+    The ``may_lie`` bound assumes (``SERVER_ASSUMPTIONS``, printed in ``summary.json``): the registry of identity
+    keys is authentic (set-up before the server may lie); the coalition is fixed before the run; the round's
+    participants are sampled independently of who is corrupt (a server that picks them could run a round of one
+    honest silo and corrupt ones); and a committed silo that reveals no keys ends the round.
 
   In ``H(n, K)`` two consecutive survivors on the circle are adjacent when fewer than ``L = floor(K / 2)``
   removed silos lie between them, so the survivors are disconnected only if at least two gaps hold ``L``
@@ -48,7 +63,9 @@ Bell et al.'s theorems):
 
       P_disconnected <= sum_c P[Hyp(N, C, n) = c] * min(1, C(n, 2) * P[Hyp(n, c, 2L) >= 2L - d])   (may_lie).
 * Correctness fails if some silo keeps fewer than ``t`` share holders that answer the unmasking request, not
-  counting itself (it may be the one that dropped)::
+  counting itself (it may be the one that dropped). (With ``may_lie`` a silo lost between committing to its keys
+  and revealing them also ends the round, which this bound does not count; an uploader that does not sign
+  counts as dropped.)::
 
       P_cor <= n * P[Hyp(n - 1, d, K) >= K - t + 1].
 
@@ -76,6 +93,16 @@ CORRECTNESS_PARAMETER = 20
 DEFAULT_CORRUPT_FRACTION = 0.05
 DEFAULT_DROPOUT_RATE = 0.05
 SERVER_MODELS = ("honest_but_curious", "may_lie")
+SERVER_ASSUMPTIONS = {
+    "honest_but_curious": (
+        "the server follows the protocol (it only reads what it receives); it gives no protection against a server "
+        "that lies, which unmasks any silo whenever threshold < share set"),
+    "may_lie": (
+        "the server may lie (withhold, replay or forge messages, claim any dropouts); the bound assumes an authentic "
+        "registry of identity keys from set-up, a coalition of at most corrupt_fraction of the federation fixed "
+        "before the run, and round participants sampled independently of who is corrupt"),
+}
+"""What each server model assumes, as ``summary.json`` prints it."""
 """What the silos assume of the server (``protocol.server``): it follows the protocol, or it may lie to silos
 about who advertised, shared and uploaded (then keys are signed and unmasking waits for the consistency round)."""
 
@@ -376,7 +403,7 @@ def excess_dropouts(rounds: Iterable[tuple[int, int, int]], *, dropout_rate: flo
 
 
 def run_report(settings: GraphSettings, rounds: Iterable[tuple[int, int, int]]) -> dict[str, object]:
-    """``summary.json``'s ``secure_aggregation``: the assumptions, the graph setting (``graph_choice``: with the
+    """``summary.json``'s ``secure_aggregation``: the server model and what it assumes, the graph setting (``graph_choice``: with the
     default, which graph it chose and why), the parameters and bounds of every round size that ran (with how many
     rounds had it), and the rounds ``(round_index, participants, dropped)`` that lost
     more silos than assumed (``excess_dropouts``)."""
@@ -384,6 +411,7 @@ def run_report(settings: GraphSettings, rounds: Iterable[tuple[int, int, int]]) 
     sizes = Counter(n for _, n, _ in rounds if n)
     return {
         "server": settings.server,
+        "assumes": SERVER_ASSUMPTIONS[settings.server],
         "graph": settings.graph_choice(max(sizes, default=2)),
         "federation": settings.federation,
         "corrupt_fraction": settings.corrupt_fraction,

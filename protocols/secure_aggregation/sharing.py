@@ -50,6 +50,20 @@ def mask_private_key(mask_seed: bytes, *, silo_id: int, round_index: int) -> X25
     )
 
 
+_PROBE = X25519PrivateKey.from_private_bytes(bytes(range(32)))
+
+
+def valid_public_key(key: object) -> bool:
+    """Whether ``key`` is a 32-byte X25519 public key of large order: a low-order point gives every peer the
+    all-zero shared secret (which the cryptography library refuses), so such a key is refused where it arrives
+    (its silo counts as dropped, or the round ends) instead of failing in its neighbours."""
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(key))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def public_bytes(private_key: X25519PrivateKey) -> bytes:
     return private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
@@ -85,6 +99,24 @@ def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
     if secret >= 2 ** (8 * SEED_BYTES):
         raise ValueError("the shares do not belong to one 16-byte secret")
     return secret.to_bytes(SEED_BYTES, "big")
+
+
+def consistent(shares: Sequence[Share], *, threshold: int) -> list[bool]:
+    """For each share, whether it lies on the polynomial of degree ``threshold - 1`` through the first
+    ``threshold`` shares (those are consistent by definition): the check of surplus shares."""
+    base = list(shares[:threshold])
+    flags = [True] * len(base)
+    for x, value in shares[threshold:]:
+        total = 0
+        for j, (x_j, y_j) in enumerate(base):
+            numerator, denominator = 1, 1
+            for m, (x_m, _) in enumerate(base):
+                if m != j:
+                    numerator = numerator * (x - x_m) % PRIME
+                    denominator = denominator * (x_j - x_m) % PRIME
+            total += int.from_bytes(y_j, "big") * numerator * pow(denominator, -1, PRIME)
+        flags.append(total % PRIME == int.from_bytes(value, "big"))
+    return flags
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,6 +8,8 @@ events: what the Gaussian-DP bound on mu is set against.
   its records of that budget, announced at start-up) in every local step of the rounds its host took part in, until
   its budget is spent (fixed in advance by the round count): that rate in every such step is an upper estimate
   (stopping only leaves steps out); the largest over the silos.
+* ``dp_fedavg``: every round the server held (as its accountant counts them), one Poisson-subsampled Gaussian of
+  multiplier z at the client rate the silos report (audits run at rate 1: exactly sqrt(T) / z).
 * ``pldp``: pure epsilon-DP per client, from the largest per-client epsilon of the hosts (randomized response's mu).
 * ``dprivacy`` (no add/remove claim) and ``none``: no mu*; ``gdp_mu_star_basis`` says why.
 """
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mechanisms.events import (
+    ClientLevelGaussianEvent,
     PersonalizedPoissonGaussianEvent,
     PersonalizedTrainingPlan,
     PoissonGaussianEvent,
@@ -31,6 +34,7 @@ BASES = {
     "uldp": f"the user-level Gaussian rounds at their user rates; {UPPER_ESTIMATE} (exact at rate 1)",
     "rpdp": (f"per level, the rate each silo plans for its budget in every local step of the host's rounds, the largest "
              f"over silos; {UPPER_ESTIMATE}"),
+    "dp_fedavg": f"every held round, a Poisson-subsampled Gaussian at the client rate; {UPPER_ESTIMATE} (exact at rate 1)",
     "pldp": "pure epsilon-DP per client (the hosts' largest): randomized response's mu, exact",
     "dprivacy": "none: d-privacy makes no add/remove (epsilon, delta) claim",
     "none": "none: no privacy claim",
@@ -54,6 +58,13 @@ def mechanism_mu(mechanism: str, result: RunResult, claims: Mapping[str, Any], b
                   if isinstance(event, UserLevelGaussianEvent)}
         return schedule_mu(_merged(PoissonGaussianEvent(event.user_rate, event.noise_multiplier, 1)
                                    for _, event in sorted(rounds.items())))
+    if mechanism == "dp_fedavg":
+        settings = {(event.sampling_rate, event.noise_multiplier) for events in _events_by_silo(result).values()
+                    for event in events if isinstance(event, ClientLevelGaussianEvent)}
+        if len(settings) != 1:
+            return None
+        ((rate, noise_multiplier),) = settings
+        return schedule_mu(((rate, noise_multiplier, len(result.rounds)),))
     if mechanism == "rpdp" and budget is not None:
         return _level_mu(result, budget)
     if mechanism == "pldp":
