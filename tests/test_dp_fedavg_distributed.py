@@ -295,3 +295,15 @@ def test_run_through_ray_sums_under_secure_aggregation(ray_local, tmp_path) -> N
     assert privacy["epsilon"] == pytest.approx(account.report()["epsilon"], rel=1e-12)
     assert "secure aggregation" in privacy["guarantee"]
     assert summary["final"]["accuracy"] > 0.5, summary["final"]
+
+
+def test_audit_with_client_canaries_refuses_distributed_noise() -> None:
+    from simulator.scenario import load_scenario_file
+    from tests.conftest import REPO
+
+    raw = load_scenario_file(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml")
+    raw["mechanism"] = {**raw["mechanism"], "noise": "distributed"}
+    raw["protocol"] = {**raw.get("protocol", {}), "secure_aggregation": True}
+    with pytest.raises(ScenarioError) as refused:
+        validate_scenario(raw)
+    assert str(refused.value).startswith("mechanism.noise: got 'distributed';"), str(refused.value)
