@@ -114,7 +114,8 @@ def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInf
 @dataclass(frozen=True)
 class LocalTraining:
     """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau,
-    FedProx's mu: see ``mechanisms.proximal``)."""
+    FedProx's mu: see ``mechanisms.proximal``), and the number of silos N (``data.silos``, public; None where a
+    silo is built outside a federation)."""
 
     local_steps: int
     batch_size: int
@@ -122,6 +123,7 @@ class LocalTraining:
     rounds: int
     client_rate: float
     proximal_mu: float = 0.0
+    num_silos: int | None = None
 
 
 @dataclass(frozen=True)

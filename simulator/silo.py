@@ -104,7 +104,7 @@ class Silo:
             model=build_scenario_model(scenario.model, feature_shape=feature_shape, num_classes=num_classes).to(device),
             training=LocalTraining(
                 local_steps=fed.local_steps, batch_size=fed.batch_size, lr=fed.lr, rounds=fed.rounds, client_rate=fed.client_rate,
-                proximal_mu=fed.proximal_mu,
+                proximal_mu=fed.proximal_mu, num_silos=scenario.data.silos,
             ),
             generator=torch.Generator().manual_seed(spec.seed),
             device=device,

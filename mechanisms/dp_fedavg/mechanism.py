@@ -126,11 +126,11 @@ class DpFedAvgServer(ServerMechanism):
 
 @dataclass(frozen=True)
 class DistributedPlan:
-    """Distributed noise's round plan (public): the rotation's seed, shared by every silo, and the number of silos
-    N (``data.silos``), from which each silo derives the setting for its model's size as the server does."""
+    """Distributed noise's round plan (public): the rotation's seed, shared by every silo. Each silo derives its
+    noise from the number of silos N it knows itself (``data.silos``), never from the server: a server that claimed
+    a larger N would otherwise shrink every silo's share of the noise."""
 
     rotation_seed: int
-    num_silos: int
 
 
 class DistributedDpFedAvgSilo(SiloMechanism):
@@ -147,7 +147,9 @@ class DistributedDpFedAvgSilo(SiloMechanism):
         from mechanisms.discrete_noise import discrete_gaussian
 
         (start,) = state
-        setting = self.params.distributed_setting(plan.num_silos, start.size)
+        if self.context.training.num_silos is None:
+            raise TypeError("distributed dp_fedavg needs the federation's number of silos (LocalTraining.num_silos)")
+        setting = self.params.distributed_setting(self.context.training.num_silos, start.size)
         delta, _ = local_sgd(self.context, start)
         rng = numpy_generator(self.context.generator, words=NOISE_SEED_WORDS)
         rotated = rotate(clip_to_norm(delta, self.params.clip_norm) / setting.gamma, plan.rotation_seed)
@@ -167,7 +169,7 @@ class DistributedDpFedAvgServer(ServerMechanism):
 
     def round_plan(self, rng: np.random.Generator, *, round_index: int) -> DistributedPlan:
         self.rotation_seed = int(rng.integers(2**63))
-        return DistributedPlan(rotation_seed=self.rotation_seed, num_silos=self.num_silos)
+        return DistributedPlan(rotation_seed=self.rotation_seed)
 
     def aggregate(self, state: GlobalState, contribution_sum: np.ndarray, *, num_participants: int) -> GlobalState:
         (params,) = state
