@@ -511,10 +511,14 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
     messages = {i: s.protect(np.ones(2), round_index=1, participants=(0, 1, 2, 3)) for i, s in silos.items()}
     with pytest.raises(ProtocolStateError, match="at unmask"):
         silos[0].protect(np.ones(2), round_index=1, participants=(0, 1, 2, 3))  # masks are never reused
-    with pytest.raises(ProtocolStateError, match="claims sender"):
-        server.unmask_requests({**messages, 3: messages[2]}, round_index=1)
-    with pytest.raises(ProtocolStateError, match="expected flat uint64"):
-        server.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # another silo's vector counts as its sender's dropout
+    assert 3 not in twin.unmask_requests({**messages, 3: messages[2]}, round_index=1)
+    assert "silo 3 sent MaskedVector, not its own MaskedVector for this round" in twin.left_out[3]
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # so does a vector of the wrong length
+    assert 3 not in twin.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
+    assert "silo 3 uploaded 3 words where the others uploaded 2" in twin.left_out[3]
     requests = server.unmask_requests(messages, round_index=1)
     replies = {i: s.unmask_reply(requests[i], round_index=1) for i, s in silos.items()}
     twin = pickle.loads(pickle.dumps(server))
@@ -1304,3 +1308,52 @@ def test_a_share_at_the_wrong_index_counts_as_not_received_and_its_sender_as_dro
     other = silos[neighbours[1]]
     claim = tuple(i for i in participants if i != 4)
     assert isinstance(other.unmask_reply(ConsistencyRequest(0, claim), round_index=0), ConsistencySignature)
+
+
+MALFORMED_UPLOADS = {
+    "longer": lambda good: MaskedVector(3, 0, np.concatenate([good.data, good.data[:1]])),
+    "shorter": lambda good: MaskedVector(3, 0, good.data[:-1].copy()),
+    "int64": lambda good: MaskedVector(3, 0, good.data.astype(np.int64)),
+    "float64": lambda good: MaskedVector(3, 0, good.data.astype(np.float64)),
+    "out-of-range words": lambda good: MaskedVector(3, 0, np.array([2**64 + int(w) for w in good.data], dtype=object)),
+    "negative words": lambda good: MaskedVector(3, 0, -good.data.astype(np.float64)),
+    "two-dimensional": lambda good: MaskedVector(3, 0, good.data.reshape(1, -1)),
+    "not an array": lambda good: MaskedVector(3, 0, [int(w) for w in good.data]),
+    "not a MaskedVector": lambda good: good.data,
+    "another sender's": lambda good: MaskedVector(2, 0, good.data),
+    "another round's": lambda good: MaskedVector(3, 1, good.data),
+}
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+@pytest.mark.parametrize("neighbours", ["all", 4])
+def test_a_malformed_upload_counts_as_its_senders_dropout(server_model, neighbours) -> None:
+    """Every way one silo's upload can be malformed (length, dtype, words out of range, shape, not an array, not
+    its own message): under both server models the round finishes with the exact sum of the others, the sender is
+    named in ``left_out`` and counted as dropped (its mask seed rebuilt, its self-mask seed never revealed)."""
+    n = 8
+    for seed, (name, malform) in enumerate(MALFORMED_UPLOADS.items()):
+        silos, server = federation(n, neighbours=neighbours, server=server_model, seed=seed, dropout_rate=0.2)
+        vectors = random_vectors(n, np.random.default_rng(seed), length=6)
+        messages = dict(through_uploads(silos, server, vectors)["protect"])
+        messages[3] = malform(messages[3])
+        requests = server.unmask_requests(messages, round_index=0)
+        assert 3 not in requests, name
+        replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
+        while requests := server.unmask_follow_up(replies, round_index=0):
+            replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
+        assert not any(3 in reply.self_mask_shares for reply in replies.values()), name
+        assert any(3 in reply.mask_seed_shares for reply in replies.values()), name
+        total = server.combine(messages, round_index=0, participants=tuple(range(n)), unmasking=replies)
+        others = tuple(i for i in range(n) if i != 3)
+        assert server.summed == others, name
+        np.testing.assert_array_equal(total, exact_sum(server.codec, vectors, others))
+        assert list(server.left_out) == [3] and "silo 3" in server.left_out[3] and "counts as dropped" in server.left_out[3], name
+
+
+def test_uploads_of_two_lengths_without_a_majority_abandon_the_round_naming_them() -> None:
+    silos, server = federation(4)
+    messages = dict(through_uploads(silos, server, random_vectors(4, np.random.default_rng(0), length=5))["protect"])
+    messages.update({i: MaskedVector(i, 0, messages[i].data[:-1].copy()) for i in (2, 3)})
+    with pytest.raises(RoundAbandoned, match=r"disagree on the vector length with no majority .*silos \[0, 1, 2, 3\]"):
+        server.unmask_requests(messages, round_index=0)
