@@ -1357,3 +1357,55 @@ def test_uploads_of_two_lengths_without_a_majority_abandon_the_round_naming_them
     messages.update({i: MaskedVector(i, 0, messages[i].data[:-1].copy()) for i in (2, 3)})
     with pytest.raises(RoundAbandoned, match=r"disagree on the vector length with no majority .*silos \[0, 1, 2, 3\]"):
         server.unmask_requests(messages, round_index=0)
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+def test_a_silo_refusing_shares_that_do_not_authenticate_drops_out_and_the_round_goes_on(server_model) -> None:
+    """Silo 2's shares for silo 0 do not authenticate. The engine turns a refusal into the refuser sitting the rest
+    of the round out (``simulator.actors``); played here: with ``honest_but_curious`` silo 0 refuses at
+    ``COLLECT_SHARES``, naming silo 2, before it masks; with ``may_lie`` it masks without silo 2 and refuses to
+    sign a claim naming it. Either way the round sums the other silos exactly, and no silo's two kinds of share
+    are both revealed."""
+    n, round_index = 8, 0
+    silos, server = federation(n, neighbours=4, server=server_model, dropout_rate=0.2)
+    vectors = random_vectors(n, np.random.default_rng(5), length=6)
+    participants = tuple(range(n))
+    server.begin_round(round_index=round_index, participants=participants)
+    inbound: dict[int, object] = {}
+    for stage in server.round_stages:
+        if stage is SecAggStage.COLLECT_SHARES:
+            bundle = inbound[0]
+            assert 2 in bundle.ciphertexts  # silos 0 and 2 are neighbours in this seeded round's graph
+            forged = bundle.ciphertexts[2][:-1] + bytes([bundle.ciphertexts[2][-1] ^ 1])
+            inbound[0] = dataclasses.replace(bundle, ciphertexts={**bundle.ciphertexts, 2: forged})
+        replies = {}
+        for i, silo in silos.items():
+            try:
+                replies[i] = silo.round_reply(stage, inbound.get(i), round_index=round_index)
+            except ProtocolStateError as refusal:
+                assert (server_model, i, stage) == ("honest_but_curious", 0, SecAggStage.COLLECT_SHARES)
+                assert "the shares relayed from silo 2 do not authenticate" in str(refusal)
+        inbound = dict(server.round_relay(stage, replies, round_index=round_index))
+    sitting = {0} if server_model == "honest_but_curious" else set()
+    messages = {i: silos[i].protect(vectors[i], round_index=round_index, participants=participants)
+                for i in participants if i not in sitting}
+    requests, refused, revealed = server.unmask_requests(messages, round_index=round_index), set(), []
+    while requests:
+        replies = {}
+        for i in requests:
+            try:
+                replies[i] = silos[i].unmask_reply(requests[i], round_index=round_index)
+            except ProtocolStateError as refusal:
+                assert (server_model, i) == ("may_lie", 0) and "name neighbours [2] whose shares it never received" in str(refusal)
+                refused.add(i)
+        revealed += [reply for reply in replies.values() if isinstance(reply, UnmaskReply)]
+        requests = server.unmask_follow_up(replies, round_index=round_index) if server_model == "may_lie" else {}
+        unmasking = replies
+    assert refused == ({0} if server_model == "may_lie" else set())
+    total = server.combine(messages, round_index=round_index, participants=tuple(sorted(messages)), unmasking=unmasking)
+    others = tuple(i for i in participants if i != 0)
+    assert server.summed == others
+    np.testing.assert_array_equal(total, exact_sum(server.codec, vectors, others))
+    self_masks = {owner for reply in revealed for owner in reply.self_mask_shares}
+    mask_seeds = {owner for reply in revealed for owner in reply.mask_seed_shares}
+    assert not self_masks & mask_seeds and 0 in mask_seeds and 0 not in self_masks
