@@ -362,9 +362,10 @@ class ServerActor:
     def run_round(self, round_index: int) -> RoundReport:
         """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates.
 
-        A silo whose worker process dies during the round drops out of it (with every silo of that worker): the
+        A silo whose worker process dies during the round drops out of it (with every silo of that worker), and so
+        does a silo that refuses a protocol step or whose message the server cannot use (``left_out``): the
         protocol finishes with the survivors, and a round whose sum cannot be recovered is abandoned (the model
-        unchanged). Only uploads that reached the server carry privacy events: a silo that crashed before
+        unchanged, ``abandoned_reason`` says why). Only uploads that reached the server carry privacy events: a silo that crashed before
         uploading released nothing of the round.
         """
         start = time.perf_counter()

@@ -146,9 +146,9 @@ class SecAggServer(ServerProtocol):
     ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
     register identity keys at set-up (``setup_stages``), every round starts with ``COMMIT_KEYS`` and unmasking
     takes the two consistency exchanges (``unmask_follow_up``); the server here follows the protocol either way.
-    ``summed`` names the silos the last ``combine`` summed. A silo whose keys, shares, signatures or replies are
-    malformed counts as dropped; no single silo ends a run (with ``may_lie``, a committed silo that reveals no
-    valid keys ends the round, named)."""
+    ``summed`` names the silos the last ``combine`` summed. A silo whose keys, shares, upload, signatures or replies
+    are malformed counts as dropped (``left_out`` names it, with why); no single silo ends a run (with ``may_lie``,
+    a committed silo that reveals no valid keys ends the round, named)."""
 
     setup_stages: tuple[enum.Enum, ...] = ()
     survives_missing_uploads: ClassVar[bool] = True
@@ -407,7 +407,8 @@ class SecAggServer(ServerProtocol):
 
     def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
         """Bonawitz et al. round 4's request to every uploader: which silos of its share set uploaded (when the
-        silos assume a server that may lie: first the consistency check's claim, ``ConsistencyRequest``). Raises
+        silos assume a server that may lie: first the consistency check's claim, ``ConsistencyRequest``). A
+        malformed upload counts as its sender's dropout (``_well_formed``). Raises
         ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded, some needed seed
         has fewer than ``threshold`` holders among the uploaders, or the graph does not connect the uploaders."""
         state = self._current(round_index, "unmask_requests")
