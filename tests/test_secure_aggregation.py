@@ -302,9 +302,13 @@ def test_protocol_objects_pickle_between_rounds_and_carry_on() -> None:
 
 
 def interpolate_at_zero(shares) -> bytes:
-    """An independent reconstruction of a Shamir secret: solve the Vandermonde system of the shares for the
-    polynomial's coefficients by Gaussian elimination modulo p (not the Lagrange formula ``sharing.recover``
-    uses), and return the constant term."""
+    """An independent reconstruction of a Shamir secret: the constant term of ``polynomial_coefficients``."""
+    return polynomial_coefficients(shares)[0].to_bytes(16, "big")
+
+
+def polynomial_coefficients(shares) -> list[int]:
+    """Solve the Vandermonde system of the shares for the polynomial's coefficients (lowest first) by Gaussian
+    elimination modulo p (not the Lagrange formula ``sharing`` uses)."""
     rows = [[pow(x, k, PRIME) for k in range(len(shares))] + [int.from_bytes(y, "big")] for x, y in shares]
     size = len(rows)
     for col in range(size):
@@ -316,7 +320,7 @@ def interpolate_at_zero(shares) -> bytes:
             if r != col and rows[r][col]:
                 factor = rows[r][col]
                 rows[r] = [(a - factor * b) % PRIME for a, b in zip(rows[r], rows[col])]
-    return rows[0][-1].to_bytes(16, "big")
+    return [row[-1] for row in rows]
 
 
 def shares_in_view(view) -> tuple[dict[int, list], dict[int, list]]:
@@ -841,6 +845,31 @@ def test_recovery_equals_an_independent_reconstruction_for_any_share_indices() -
         recover([shares[0], shares[0]], threshold=2)
     with pytest.raises(ValueError, match="one 16-byte secret"):  # the line through (1, 0) and (2, 1) has f(0) = p - 1
         recover([(1, bytes(17)), (2, (1).to_bytes(17, "big"))], threshold=2)
+
+
+def test_the_surplus_share_check_equals_an_independent_evaluation() -> None:
+    """``sharing.consistent`` (Lagrange coefficients at each surplus index cached per set of base indices) flags
+    exactly the surplus shares off the polynomial that Gaussian elimination finds through the first ``t`` shares,
+    for random thresholds, share orders and a one-unit corruption of any share."""
+    from protocols.secure_aggregation.sharing import consistent, split
+
+    def on_polynomial(base, share) -> bool:
+        x, y = share
+        return sum(c * pow(x, k, PRIME) for k, c in enumerate(polynomial_coefficients(base))) % PRIME == int.from_bytes(y, "big")
+
+    rng = np.random.default_rng(7)
+    random = seeded_for_tests(7)
+    for _ in range(150):
+        holders = list(range(int(rng.integers(3, 20))))
+        threshold = int(rng.integers(1, len(holders)))
+        shares = list(split(rng.bytes(16), threshold=threshold, holders=holders, random=random).values())
+        shares = [shares[i] for i in rng.permutation(len(shares))]
+        if rng.random() < 0.7:  # corrupt one share (base or surplus) by one unit
+            k = int(rng.integers(len(shares)))
+            shares[k] = (shares[k][0], ((int.from_bytes(shares[k][1], "big") + 1) % PRIME).to_bytes(17, "big"))
+        base = shares[:threshold]
+        expected = [True] * threshold + [on_polynomial(base, share) for share in shares[threshold:]]
+        assert consistent(shares, threshold=threshold) == expected
 
 
 # --- rounds sampled from a federation -----------------------------------------------------------------------------
