@@ -20,11 +20,11 @@ import torch
 
 from mechanisms.base import load_vector_into_model
 from mechanisms.registry import mechanism_class
-from protocols.base import RoundAbandoned, ServerProtocol
+from protocols.base import ProtocolStateError, RoundAbandoned, ServerProtocol
 from protocols.plain import PlainSumServer
 from protocols.secure_aggregation import SecAggServer
 from simulator.faults import CrashPlan
-from simulator.messages import RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
+from simulator.messages import Refusal, RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_scenario_model, evaluate_model
 from simulator.scenario import ProtocolConfig, Scenario
 from simulator.secure_rng import os_entropy_generator
@@ -82,7 +82,9 @@ class _WorkerCalls:
     or did not answer within ``timeout`` seconds (a straggler, killed so that Ray restarts it: a crash).
 
     ``each`` calls every worker that hosts some of the named silos still alive, waits for all of them (at most
-    ``timeout``), and drops the silos of a worker that died or straggled from the rest of the round. Every reply
+    ``timeout``), and drops the silos of a worker that died or straggled from the rest of the round; a silo that
+    refused a step (a ``Refusal`` reply) is left out of the replies and of the rest of the round (``refused``,
+    with its reason). Every reply
     is retrieved before a task's own error is raised (``ray.get(refs)`` would stop at the first and leave Ray to
     print the others as "unhandled error" tracebacks).
     """
@@ -91,6 +93,7 @@ class _WorkerCalls:
         self.workers, self.host_of, self.timeout = workers, host_of, timeout
         self.crashed: set[int] = set()
         self.dropped: set[int] = set()
+        self.refused: dict[int, str] = {}
 
     def _drop(self, worker: int) -> None:
         self.crashed.add(worker)
@@ -101,7 +104,7 @@ class _WorkerCalls:
         dict by silo id) merged into one."""
         by_worker: dict[int, list[int]] = {}
         for silo_id in silo_ids:
-            if silo_id not in self.dropped:
+            if silo_id not in self.dropped and silo_id not in self.refused:
                 by_worker.setdefault(self.host_of[silo_id], []).append(silo_id)
         refs = {w: call(self.workers[w], tuple(ids)) for w, ids in by_worker.items()}
         if not refs:
@@ -122,7 +125,9 @@ class _WorkerCalls:
                 failure = failure or exc
         if failure is not None:
             raise failure
-        return {silo: reply for batch in replies.values() for silo, reply in batch.items()}
+        merged = {silo: reply for batch in replies.values() for silo, reply in batch.items()}
+        self.refused.update({silo: reply.reason for silo, reply in merged.items() if isinstance(reply, Refusal)})
+        return {silo: reply for silo, reply in merged.items() if not isinstance(reply, Refusal)}
 
 
 def _limit_threads(num_cpus: float) -> None:
@@ -138,6 +143,16 @@ def _silo_records(spec: SiloSpec, features: np.ndarray, labels: np.ndarray) -> d
         return own
     return {"features": np.concatenate([own["features"], canaries.features.astype(own["features"].dtype)]),
             "labels": np.concatenate([own["labels"], canaries.labels.astype(own["labels"].dtype)])}
+
+
+def _or_refusal(step: Any, *args: Any, round_index: int) -> Any:
+    """A silo's protocol ``step``, or a ``Refusal`` when the silo refuses it (``ProtocolStateError``: a message it
+    will not accept, e.g. a ciphertext that does not open or a claim it will not sign): the silo then sits the rest
+    of the round out, as if it had dropped, instead of ending the run."""
+    try:
+        return step(*args, round_index=round_index)
+    except ProtocolStateError as error:
+        return Refusal(str(error))
 
 
 class SiloWorker:
@@ -247,7 +262,7 @@ class SiloWorker:
         relayed to each; ``first``: the round's first stage, where a ``setup`` crash happens)."""
         if first:
             self._crash_if_due(tuple(inbound), round_index=round_index, at="setup")
-        return {silo_id: self.silos[silo_id].protocol.round_reply(stage, message, round_index=round_index)
+        return {silo_id: _or_refusal(self.silos[silo_id].protocol.round_reply, stage, message, round_index=round_index)
                 for silo_id, message in inbound.items()}
 
     def train(self, broadcast: RoundBroadcast, silo_ids: tuple[int, ...], *, set_up: bool = True) -> dict[int, SiloUpdate]:
@@ -269,7 +284,7 @@ class SiloWorker:
         """After the uploads: the named hosted silos' answers to the protocol's unmasking requests (for the silos
         asked something: a request of ``None`` is nothing to answer); an ``after_upload`` crash happens here."""
         self._crash_if_due(tuple(requests), round_index=round_index, at="after_upload")
-        return {silo_id: self.silos[silo_id].protocol.unmask_reply(request, round_index=round_index)
+        return {silo_id: _or_refusal(self.silos[silo_id].protocol.unmask_reply, request, round_index=round_index)
                 for silo_id, request in requests.items() if request is not None}
 
 
@@ -348,9 +363,10 @@ class ServerActor:
     def run_round(self, round_index: int) -> RoundReport:
         """Sample, train, combine, aggregate, evaluate; a skipped round (no participants) only evaluates.
 
-        A silo whose worker process dies during the round drops out of it (with every silo of that worker): the
+        A silo whose worker process dies during the round drops out of it (with every silo of that worker), and so
+        does a silo that refuses a protocol step or whose message the server cannot use (``left_out``): the
         protocol finishes with the survivors, and a round whose sum cannot be recovered is abandoned (the model
-        unchanged). Only uploads that reached the server carry privacy events: a silo that crashed before
+        unchanged, ``abandoned_reason`` says why). Only uploads that reached the server carry privacy events: a silo that crashed before
         uploading released nothing of the round.
         """
         start = time.perf_counter()
@@ -359,12 +375,12 @@ class ServerActor:
         )
         self.uploads, self.view = {}, {}
         calls = _WorkerCalls(self.workers, self.host_of, timeout=self.round_timeout)
-        combine_seconds, abandoned = 0.0, False
+        combine_seconds, abandoned, reason = 0.0, False, ""
         if participants:
             try:
                 combine_seconds = self._train_and_combine(round_index, participants, calls)
-            except RoundAbandoned:
-                abandoned = True
+            except RoundAbandoned as error:
+                abandoned, reason = True, str(error)
         updates = list(self.uploads.values())
         loss, accuracy = self.evaluate()
         train_losses = [u.metrics["train_loss"] for u in updates if "train_loss" in u.metrics]
@@ -380,6 +396,8 @@ class ServerActor:
             dropped=tuple(sorted(calls.dropped & set(participants))),
             crashed_workers=tuple(sorted(calls.crashed)),
             abandoned=abandoned,
+            left_out={**getattr(self.protocol, "left_out", {}), **calls.refused} if participants else {},
+            abandoned_reason=reason,
         )
 
     def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "_WorkerCalls") -> float:

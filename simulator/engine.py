@@ -574,13 +574,22 @@ def _warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) ->
 def _failures(scenario: Scenario, records: Sequence[RoundRecord]) -> dict[str, Any] | None:
     """``summary.json``'s ``failures``, from the round reports: crashed worker processes (each restarted before the
     next round, or the run stops), silos dropped and rounds abandoned (None for a run without injected crashes in
-    which nothing failed)."""
+    which nothing failed). ``left_out`` (only when some round had one) lists every participant the protocol left
+    out of a round without a crash (it refused a step or sent a malformed message), with why; ``abandoned``, each
+    abandoned round's reason."""
     crashes = sum(len(r.report.crashed_workers) for r in records)
     abandoned = sum(1 for r in records if r.report.abandoned)
-    if not scenario.faults.any and not (crashes or abandoned):
+    left_out = [{"round": r.report.round_index + 1, "silo": silo, "reason": reason}
+                for r in records for silo, reason in sorted(r.report.left_out.items())]
+    if not scenario.faults.any and not (crashes or abandoned or left_out):
         return None
-    return {"crashes": crashes, "restarts": crashes, "silos_dropped": sum(len(r.report.dropped) for r in records),
-            "rounds_with_dropouts": sum(1 for r in records if r.report.dropped), "rounds_abandoned": abandoned}
+    failures = {"crashes": crashes, "restarts": crashes, "silos_dropped": sum(len(r.report.dropped) for r in records),
+                "rounds_with_dropouts": sum(1 for r in records if r.report.dropped), "rounds_abandoned": abandoned}
+    if left_out:
+        failures["left_out"] = left_out
+    reasons = [{"round": r.report.round_index + 1, "reason": r.report.abandoned_reason}
+               for r in records if r.report.abandoned_reason]
+    return {**failures, "abandoned": reasons} if reasons else failures
 
 
 def _timing(startup: Mapping[str, float], records: Sequence[RoundRecord], *, total_seconds: float) -> dict[str, float]:

@@ -57,6 +57,14 @@ class SiloInfo:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Silo -> server, in place of a protocol reply: the silo refused the step (the protocol's message says why,
+    naming the silo it blames) and sits the rest of the round out."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class RoundReport:
     """Server -> driver: what happened in one round.
 
@@ -64,7 +72,8 @@ class RoundReport:
     ``protocol.min_participants``): no broadcast, no training, no privacy events, the model unchanged.
     ``dropped``: participants whose worker process died during the round (``crashed_workers``: those workers'
     indices); ``abandoned``: the survivors could not recover the sum, so the model is unchanged (the uploads
-    that arrived still carry their privacy events).
+    that arrived still carry their privacy events); ``left_out``: participants whose worker lives but that the
+    protocol left out (a refused step or a malformed message), with why.
     """
 
     round_index: int
@@ -79,6 +88,11 @@ class RoundReport:
     dropped: tuple[int, ...] = ()
     crashed_workers: tuple[int, ...] = ()
     abandoned: bool = False
+    # participants the protocol left out of the round, each with why: a silo that refused a step (it sits the rest
+    # of the round out) or one whose message the server could not use (it counts as dropped)
+    left_out: Mapping[int, str] = field(default_factory=dict)
+    # why an abandoned round was abandoned (the protocol's message, naming the silos concerned)
+    abandoned_reason: str = ""
 
     @property
     def skipped(self) -> bool:

@@ -302,9 +302,13 @@ def test_protocol_objects_pickle_between_rounds_and_carry_on() -> None:
 
 
 def interpolate_at_zero(shares) -> bytes:
-    """An independent reconstruction of a Shamir secret: solve the Vandermonde system of the shares for the
-    polynomial's coefficients by Gaussian elimination modulo p (not the Lagrange formula ``sharing.recover``
-    uses), and return the constant term."""
+    """An independent reconstruction of a Shamir secret: the constant term of ``polynomial_coefficients``."""
+    return polynomial_coefficients(shares)[0].to_bytes(16, "big")
+
+
+def polynomial_coefficients(shares) -> list[int]:
+    """Solve the Vandermonde system of the shares for the polynomial's coefficients (lowest first) by Gaussian
+    elimination modulo p (not the Lagrange formula ``sharing`` uses)."""
     rows = [[pow(x, k, PRIME) for k in range(len(shares))] + [int.from_bytes(y, "big")] for x, y in shares]
     size = len(rows)
     for col in range(size):
@@ -316,7 +320,7 @@ def interpolate_at_zero(shares) -> bytes:
             if r != col and rows[r][col]:
                 factor = rows[r][col]
                 rows[r] = [(a - factor * b) % PRIME for a, b in zip(rows[r], rows[col])]
-    return rows[0][-1].to_bytes(16, "big")
+    return [row[-1] for row in rows]
 
 
 def shares_in_view(view) -> tuple[dict[int, list], dict[int, list]]:
@@ -511,10 +515,14 @@ def test_out_of_order_and_malformed_steps_are_refused() -> None:
     messages = {i: s.protect(np.ones(2), round_index=1, participants=(0, 1, 2, 3)) for i, s in silos.items()}
     with pytest.raises(ProtocolStateError, match="at unmask"):
         silos[0].protect(np.ones(2), round_index=1, participants=(0, 1, 2, 3))  # masks are never reused
-    with pytest.raises(ProtocolStateError, match="claims sender"):
-        server.unmask_requests({**messages, 3: messages[2]}, round_index=1)
-    with pytest.raises(ProtocolStateError, match="expected flat uint64"):
-        server.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # another silo's vector counts as its sender's dropout
+    assert 3 not in twin.unmask_requests({**messages, 3: messages[2]}, round_index=1)
+    assert "silo 3 sent MaskedVector, not its own MaskedVector for this round" in twin.left_out[3]
+    twin = pickle.loads(pickle.dumps(server))
+    twin._round = copy.deepcopy(server._round)  # so does a vector of the wrong length
+    assert 3 not in twin.unmask_requests({**messages, 3: MaskedVector(3, 1, np.zeros(3, dtype=np.uint64))}, round_index=1)
+    assert "silo 3 uploaded 3 words where the others uploaded 2" in twin.left_out[3]
     requests = server.unmask_requests(messages, round_index=1)
     replies = {i: s.unmask_reply(requests[i], round_index=1) for i, s in silos.items()}
     twin = pickle.loads(pickle.dumps(server))
@@ -837,6 +845,31 @@ def test_recovery_equals_an_independent_reconstruction_for_any_share_indices() -
         recover([shares[0], shares[0]], threshold=2)
     with pytest.raises(ValueError, match="one 16-byte secret"):  # the line through (1, 0) and (2, 1) has f(0) = p - 1
         recover([(1, bytes(17)), (2, (1).to_bytes(17, "big"))], threshold=2)
+
+
+def test_the_surplus_share_check_equals_an_independent_evaluation() -> None:
+    """``sharing.consistent`` (Lagrange coefficients at each surplus index cached per set of base indices) flags
+    exactly the surplus shares off the polynomial that Gaussian elimination finds through the first ``t`` shares,
+    for random thresholds, share orders and a one-unit corruption of any share."""
+    from protocols.secure_aggregation.sharing import consistent, split
+
+    def on_polynomial(base, share) -> bool:
+        x, y = share
+        return sum(c * pow(x, k, PRIME) for k, c in enumerate(polynomial_coefficients(base))) % PRIME == int.from_bytes(y, "big")
+
+    rng = np.random.default_rng(7)
+    random = seeded_for_tests(7)
+    for _ in range(150):
+        holders = list(range(int(rng.integers(3, 20))))
+        threshold = int(rng.integers(1, len(holders)))
+        shares = list(split(rng.bytes(16), threshold=threshold, holders=holders, random=random).values())
+        shares = [shares[i] for i in rng.permutation(len(shares))]
+        if rng.random() < 0.7:  # corrupt one share (base or surplus) by one unit
+            k = int(rng.integers(len(shares)))
+            shares[k] = (shares[k][0], ((int.from_bytes(shares[k][1], "big") + 1) % PRIME).to_bytes(17, "big"))
+        base = shares[:threshold]
+        expected = [True] * threshold + [on_polynomial(base, share) for share in shares[threshold:]]
+        assert consistent(shares, threshold=threshold) == expected
 
 
 # --- rounds sampled from a federation -----------------------------------------------------------------------------
@@ -1304,3 +1337,104 @@ def test_a_share_at_the_wrong_index_counts_as_not_received_and_its_sender_as_dro
     other = silos[neighbours[1]]
     claim = tuple(i for i in participants if i != 4)
     assert isinstance(other.unmask_reply(ConsistencyRequest(0, claim), round_index=0), ConsistencySignature)
+
+
+MALFORMED_UPLOADS = {
+    "longer": lambda good: MaskedVector(3, 0, np.concatenate([good.data, good.data[:1]])),
+    "shorter": lambda good: MaskedVector(3, 0, good.data[:-1].copy()),
+    "int64": lambda good: MaskedVector(3, 0, good.data.astype(np.int64)),
+    "float64": lambda good: MaskedVector(3, 0, good.data.astype(np.float64)),
+    "out-of-range words": lambda good: MaskedVector(3, 0, np.array([2**64 + int(w) for w in good.data], dtype=object)),
+    "negative words": lambda good: MaskedVector(3, 0, -good.data.astype(np.float64)),
+    "two-dimensional": lambda good: MaskedVector(3, 0, good.data.reshape(1, -1)),
+    "not an array": lambda good: MaskedVector(3, 0, [int(w) for w in good.data]),
+    "not a MaskedVector": lambda good: good.data,
+    "another sender's": lambda good: MaskedVector(2, 0, good.data),
+    "another round's": lambda good: MaskedVector(3, 1, good.data),
+}
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+@pytest.mark.parametrize("neighbours", ["all", 4])
+def test_a_malformed_upload_counts_as_its_senders_dropout(server_model, neighbours) -> None:
+    """Every way one silo's upload can be malformed (length, dtype, words out of range, shape, not an array, not
+    its own message): under both server models the round finishes with the exact sum of the others, the sender is
+    named in ``left_out`` and counted as dropped (its mask seed rebuilt, its self-mask seed never revealed)."""
+    n = 8
+    for seed, (name, malform) in enumerate(MALFORMED_UPLOADS.items()):
+        silos, server = federation(n, neighbours=neighbours, server=server_model, seed=seed, dropout_rate=0.2)
+        vectors = random_vectors(n, np.random.default_rng(seed), length=6)
+        messages = dict(through_uploads(silos, server, vectors)["protect"])
+        messages[3] = malform(messages[3])
+        requests = server.unmask_requests(messages, round_index=0)
+        assert 3 not in requests, name
+        replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
+        while requests := server.unmask_follow_up(replies, round_index=0):
+            replies = {i: silos[i].unmask_reply(requests[i], round_index=0) for i in requests}
+        assert not any(3 in reply.self_mask_shares for reply in replies.values()), name
+        assert any(3 in reply.mask_seed_shares for reply in replies.values()), name
+        total = server.combine(messages, round_index=0, participants=tuple(range(n)), unmasking=replies)
+        others = tuple(i for i in range(n) if i != 3)
+        assert server.summed == others, name
+        np.testing.assert_array_equal(total, exact_sum(server.codec, vectors, others))
+        assert list(server.left_out) == [3] and "silo 3" in server.left_out[3] and "counts as dropped" in server.left_out[3], name
+
+
+def test_uploads_of_two_lengths_without_a_majority_abandon_the_round_naming_them() -> None:
+    silos, server = federation(4)
+    messages = dict(through_uploads(silos, server, random_vectors(4, np.random.default_rng(0), length=5))["protect"])
+    messages.update({i: MaskedVector(i, 0, messages[i].data[:-1].copy()) for i in (2, 3)})
+    with pytest.raises(RoundAbandoned, match=r"disagree on the vector length with no majority .*silos \[0, 1, 2, 3\]"):
+        server.unmask_requests(messages, round_index=0)
+
+
+@pytest.mark.parametrize("server_model", SERVER_MODELS)
+def test_a_silo_refusing_shares_that_do_not_authenticate_drops_out_and_the_round_goes_on(server_model) -> None:
+    """Silo 2's shares for silo 0 do not authenticate. The engine turns a refusal into the refuser sitting the rest
+    of the round out (``simulator.actors``); played here: with ``honest_but_curious`` silo 0 refuses at
+    ``COLLECT_SHARES``, naming silo 2, before it masks; with ``may_lie`` it masks without silo 2 and refuses to
+    sign a claim naming it. Either way the round sums the other silos exactly, and no silo's two kinds of share
+    are both revealed."""
+    n, round_index = 8, 0
+    silos, server = federation(n, neighbours=4, server=server_model, dropout_rate=0.2)
+    vectors = random_vectors(n, np.random.default_rng(5), length=6)
+    participants = tuple(range(n))
+    server.begin_round(round_index=round_index, participants=participants)
+    inbound: dict[int, object] = {}
+    for stage in server.round_stages:
+        if stage is SecAggStage.COLLECT_SHARES:
+            bundle = inbound[0]
+            assert 2 in bundle.ciphertexts  # silos 0 and 2 are neighbours in this seeded round's graph
+            forged = bundle.ciphertexts[2][:-1] + bytes([bundle.ciphertexts[2][-1] ^ 1])
+            inbound[0] = dataclasses.replace(bundle, ciphertexts={**bundle.ciphertexts, 2: forged})
+        replies = {}
+        for i, silo in silos.items():
+            try:
+                replies[i] = silo.round_reply(stage, inbound.get(i), round_index=round_index)
+            except ProtocolStateError as refusal:
+                assert (server_model, i, stage) == ("honest_but_curious", 0, SecAggStage.COLLECT_SHARES)
+                assert "the shares relayed from silo 2 do not authenticate" in str(refusal)
+        inbound = dict(server.round_relay(stage, replies, round_index=round_index))
+    sitting = {0} if server_model == "honest_but_curious" else set()
+    messages = {i: silos[i].protect(vectors[i], round_index=round_index, participants=participants)
+                for i in participants if i not in sitting}
+    requests, refused, revealed = server.unmask_requests(messages, round_index=round_index), set(), []
+    while requests:
+        replies = {}
+        for i in requests:
+            try:
+                replies[i] = silos[i].unmask_reply(requests[i], round_index=round_index)
+            except ProtocolStateError as refusal:
+                assert (server_model, i) == ("may_lie", 0) and "name neighbours [2] whose shares it never received" in str(refusal)
+                refused.add(i)
+        revealed += [reply for reply in replies.values() if isinstance(reply, UnmaskReply)]
+        requests = server.unmask_follow_up(replies, round_index=round_index) if server_model == "may_lie" else {}
+        unmasking = replies
+    assert refused == ({0} if server_model == "may_lie" else set())
+    total = server.combine(messages, round_index=round_index, participants=tuple(sorted(messages)), unmasking=unmasking)
+    others = tuple(i for i in participants if i != 0)
+    assert server.summed == others
+    np.testing.assert_array_equal(total, exact_sum(server.codec, vectors, others))
+    self_masks = {owner for reply in revealed for owner in reply.self_mask_shares}
+    mask_seeds = {owner for reply in revealed for owner in reply.mask_seed_shares}
+    assert not self_masks & mask_seeds and 0 in mask_seeds and 0 not in self_masks

@@ -4,6 +4,7 @@ to neighbours only, (with silos that assume it may lie) runs the consistency rou
 exactly one kind of share of each silo, and removes the masks."""
 from __future__ import annotations
 
+import collections
 import enum
 import itertools
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class _Round:
     shared: frozenset[int] = frozenset()
     uploaded: frozenset[int] = frozenset()
     """The uploaders whose sum the round returns (when the silos assume it may lie: those that signed ``U``)."""
+    malformed: frozenset[int] = frozenset()
+    """The silos whose upload was malformed (they count as dropped)."""
     claimed: frozenset[int] = frozenset()
     """When the silos assume it may lie: the uploaders ``U`` it told them of."""
     requests: dict[int, UnmaskRequest] = field(default_factory=dict)
@@ -143,9 +146,9 @@ class SecAggServer(ServerProtocol):
     ``dropout_rate``, ``federation`` and ``server`` must match the silos'. With ``server="may_lie"`` the silos
     register identity keys at set-up (``setup_stages``), every round starts with ``COMMIT_KEYS`` and unmasking
     takes the two consistency exchanges (``unmask_follow_up``); the server here follows the protocol either way.
-    ``summed`` names the silos the last ``combine`` summed. A silo whose keys, shares, signatures or replies are
-    malformed counts as dropped; no single silo ends a run (with ``may_lie``, a committed silo that reveals no
-    valid keys ends the round, named)."""
+    ``summed`` names the silos the last ``combine`` summed. A silo whose keys, shares, upload, signatures or replies
+    are malformed counts as dropped (``left_out`` names it, with why); no single silo ends a run (with ``may_lie``,
+    a committed silo that reveals no valid keys ends the round, named)."""
 
     setup_stages: tuple[enum.Enum, ...] = ()
     survives_missing_uploads: ClassVar[bool] = True
@@ -175,6 +178,8 @@ class SecAggServer(ServerProtocol):
         self.registry: dict[int, bytes] = {}
         self.summed: tuple[int, ...] = ()
         """The silos whose vectors the last ``combine`` summed."""
+        self.left_out: dict[int, str] = {}
+        """The silos the current (or last) round counted as dropped for a malformed message, each with why."""
         self._round: _Round | None = None
         self._last_round: int | None = None
 
@@ -209,7 +214,7 @@ class SecAggServer(ServerProtocol):
             raise ProtocolStateError(f"server: round {round_index} is not after round {self._last_round}")
         check_count(len(participants), min_participants=self.min_participants, codec=self.codec, who="server")
         self._last_round = round_index
-        self._round = None
+        self._round, self.left_out = None, {}
         try:
             parameters = self.settings.for_round(len(participants))
         except ValueError as error:
@@ -285,6 +290,7 @@ class SecAggServer(ServerProtocol):
             failed = sorted(state.commitments.keys() - valid)
             raise RoundAbandoned(f"round {state.round_index}: silos {failed[:10]} committed to round keys and did not "
                                  "reveal valid keys that match; the graph would depend on whose keys the server kept")
+        self._leave_out(state, set(inbound) - valid, "advertised no valid round keys (e.g. of low order)")
         state.keys = {i: (inbound[i].mask_public_key, inbound[i].channel_public_key) for i in sorted(valid)}
         every_key = [key for pair in state.keys.values() for key in pair]
         if len(set(every_key)) != len(every_key):
@@ -309,12 +315,14 @@ class SecAggServer(ServerProtocol):
     def _relay_shares(self, state: _Round, inbound: Mapping[int, object]) -> dict[int, ShareBundle]:
         """``SHARE_KEYS``: relay each ciphertext to its addressee. A silo that advertised no keys or did not send
         shares for exactly its neighbours counts as dropped (it sits the round out), so no single silo stops it."""
+        sent = set(inbound) & state.keys.keys()
         inbound = {
             silo_id: message for silo_id, message in inbound.items()
             if silo_id in state.keys and isinstance(message, EncryptedShares)
             and (message.sender, message.round_index) == (silo_id, state.round_index)
             and message.ciphertexts.keys() == state.share_set(silo_id, state.keys) - {silo_id}
         }
+        self._leave_out(state, sent - set(inbound), "sent no encrypted shares for exactly its neighbours")
         state.shared, state.holders = frozenset(inbound), {}
         self._require_threshold(state, inbound.keys(), "shared")
         state.next_step = SecAggStage.COLLECT_SHARES.name
@@ -325,6 +333,11 @@ class SecAggServer(ServerProtocol):
             )
             for silo_id in inbound
         }
+
+    def _leave_out(self, state: _Round, silo_ids: Collection[int], why: str, *, dropped: bool = True) -> None:
+        """Name in ``left_out`` the silos whose message the server could not use."""
+        outcome = "it counts as dropped" if dropped else "its reply is ignored"
+        self.left_out.update({i: f"round {state.round_index}: silo {i} {why}; {outcome}" for i in silo_ids})
 
     @staticmethod
     def _require_threshold(state: _Round, present: Collection[int], step: str, *, graph: bool = True) -> None:
@@ -352,6 +365,35 @@ class SecAggServer(ServerProtocol):
                 )
         return vectors
 
+    def _well_formed(self, state: _Round, messages: Mapping[int, object]) -> dict[int, MaskedVector]:
+        """The uploads of ``messages`` that are this round's flat ``uint64`` vectors from their sender, of the length
+        most of them have. Every other upload counts as its sender's dropout (named in ``left_out``): it is left
+        out of the sum like a silo that never uploaded, so no single silo ends the run. Raises ``RoundAbandoned``
+        naming the silos when no length is held by more uploads than any other."""
+        def fault(silo_id: int, message: object) -> str:
+            if not isinstance(message, MaskedVector) or (message.sender, message.round_index) != (silo_id, state.round_index):
+                return f"sent {type(message).__name__}, not its own MaskedVector for this round"
+            data = message.data
+            if not isinstance(data, np.ndarray) or data.dtype != np.uint64 or data.ndim != 1:
+                kind = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+                return f"uploaded a {kind}, not a flat uint64 vector"
+            return ""
+
+        faults = {silo_id: fault(silo_id, message) for silo_id, message in messages.items()}
+        typed = {silo_id: messages[silo_id] for silo_id, why in faults.items() if not why}
+        lengths = sorted(collections.Counter(masked.data.size for masked in typed.values()).items(), key=lambda c: -c[1])
+        if len(lengths) > 1 and lengths[0][1] == lengths[1][1]:
+            raise RoundAbandoned(f"round {state.round_index}: the uploads disagree on the vector length with no "
+                                 f"majority ({dict(lengths)}); silos {sorted(typed)[:10]}")
+        for silo_id, masked in typed.items():
+            if masked.data.size != lengths[0][0]:
+                faults[silo_id] = f"uploaded {masked.data.size} words where the others uploaded {lengths[0][0]}"
+        for silo_id, why in faults.items():
+            if why:
+                self._leave_out(state, {silo_id}, why)
+        state.malformed = frozenset(silo_id for silo_id, why in faults.items() if why)
+        return {silo_id: messages[silo_id] for silo_id, why in sorted(faults.items()) if not why}
+
     def _needed(self, state: _Round) -> tuple[dict[int, frozenset[int]], dict[int, frozenset[int]]]:
         """Whose self-mask seed (every uploader's) and whose mask seed (every silo that shared, did not upload,
         and has an uploading neighbour) the server needs, each with the uploaders that hold a share of it."""
@@ -365,18 +407,19 @@ class SecAggServer(ServerProtocol):
 
     def unmask_requests(self, messages: Mapping[int, object], *, round_index: int) -> Mapping[int, object]:
         """Bonawitz et al. round 4's request to every uploader: which silos of its share set uploaded (when the
-        silos assume a server that may lie: first the consistency check's claim, ``ConsistencyRequest``). Raises
+        silos assume a server that may lie: first the consistency check's claim, ``ConsistencyRequest``). A
+        malformed upload counts as its sender's dropout (``_well_formed``). Raises
         ``RoundAbandoned`` (asking for nothing) when fewer than ``min_participants`` uploaded, some needed seed
         has fewer than ``threshold`` holders among the uploaders, or the graph does not connect the uploaders."""
         state = self._current(round_index, "unmask_requests")
         messages = {i: message for i, message in messages.items() if message is not None}  # silos that sat out
         if not set(messages) <= state.shared:
             raise ProtocolStateError(f"server: uploads from silos {sorted(set(messages) - state.shared)} that did not share")
+        messages = self._well_formed(state, messages) if messages else messages
         if len(messages) < self.min_participants:
             raise RoundAbandoned(
                 f"round {round_index}: {len(messages)} upload(s), below min_participants {self.min_participants}"
             )
-        self._masked_vectors(state, messages)
         check_count(len(messages), min_participants=self.min_participants, codec=self.codec, who="server")
         self._settle_uploaders(state, frozenset(messages))
         if self.may_lie:  # Bonawitz et al.'s consistency check first: every uploader signs who uploaded
@@ -470,8 +513,9 @@ class SecAggServer(ServerProtocol):
                 or (reply.sender, reply.round_index) != (silo_id, state.round_index)
                 or reply.self_mask_shares.keys() != uploaded
                 or reply.mask_seed_shares.keys() != state.share_set(silo_id) - uploaded
-            ):
-                continue  # a reply that does not answer its request counts as no answer (too few: abandoned)
+            ):  # a reply that does not answer its request counts as no answer (too few: abandoned)
+                self._leave_out(state, {silo_id}, "sent an unmasking reply that does not answer its request", dropped=False)
+                continue
             for owner, share in reply.self_mask_shares.items():
                 self_masks.setdefault(owner, []).append((silo_id, share))
             for owner, share in reply.mask_seed_shares.items():
@@ -496,8 +540,8 @@ class SecAggServer(ServerProtocol):
         Raises ``RoundAbandoned`` when some needed seed has fewer than ``threshold`` shares (never a wrong sum),
         ``EncodingOverflowError`` if the decoded sum is out of range (an unchecked encoding)."""
         state = self._current(round_index, "combine")
-        messages = {i: message for i, message in messages.items() if message is not None}  # silos that sat out
-        participants = tuple(i for i in participants if i in messages)
+        messages = {i: message for i, message in messages.items() if message is not None and i not in state.malformed}
+        participants = tuple(i for i in participants if i in messages)  # without those that sat out or were left out
         uploads = set(messages) if not self.may_lie else set(messages) & state.uploaded
         if set(participants) != set(messages) or uploads != state.uploaded or not set(messages) <= state.shared:
             raise ProtocolStateError(

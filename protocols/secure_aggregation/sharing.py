@@ -89,12 +89,12 @@ def split(secret: bytes, *, threshold: int, holders: Sequence[int], random: Cryp
 def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
     """The secret behind ``threshold`` of ``shares`` (the first ones; more would only cost time):
     ``f(0) = sum_j y_j l_j(0)`` mod ``p``, with each set of share indices' Lagrange coefficients ``l_j(0)`` worked
-    out once (``_lagrange_at_zero``; a server recovers one seed per silo every round, mostly from the same
+    out once (``_lagrange_at``; a server recovers one seed per silo every round, mostly from the same
     indices). Raises ``ValueError`` when the shares do not lie on a polynomial with a 16-byte constant term."""
     if len(shares) < threshold:
         raise ValueError(f"{len(shares)} shares cannot recover a secret of threshold {threshold}")
     chosen = list(shares[:threshold])
-    coefficients = _lagrange_at_zero(tuple(index for index, _ in chosen))
+    coefficients = _lagrange_at(tuple(index for index, _ in chosen), 0)
     secret = sum(c * int.from_bytes(value, "big") for c, (_, value) in zip(coefficients, chosen)) % PRIME
     if secret >= 2 ** (8 * SEED_BYTES):
         raise ValueError("the shares do not belong to one 16-byte secret")
@@ -103,25 +103,23 @@ def recover(shares: Sequence[Share], *, threshold: int) -> bytes:
 
 def consistent(shares: Sequence[Share], *, threshold: int) -> list[bool]:
     """For each share, whether it lies on the polynomial of degree ``threshold - 1`` through the first
-    ``threshold`` shares (those are consistent by definition): the check of surplus shares."""
+    ``threshold`` shares (those are consistent by definition): the check of surplus shares, each evaluated exactly
+    as ``f(x) = sum_j y_j l_j(x)`` mod ``p`` with the Lagrange coefficients of the first shares' indices at ``x``
+    worked out once per (indices, x) (``_lagrange_at``: a server checks one seed per silo every round, mostly
+    with the same indices)."""
     base = list(shares[:threshold])
+    indices = tuple(index for index, _ in base)
+    values = [int.from_bytes(value, "big") for _, value in base]
     flags = [True] * len(base)
     for x, value in shares[threshold:]:
-        total = 0
-        for j, (x_j, y_j) in enumerate(base):
-            numerator, denominator = 1, 1
-            for m, (x_m, _) in enumerate(base):
-                if m != j:
-                    numerator = numerator * (x - x_m) % PRIME
-                    denominator = denominator * (x_j - x_m) % PRIME
-            total += int.from_bytes(y_j, "big") * numerator * pow(denominator, -1, PRIME)
+        total = sum(c * y for c, y in zip(_lagrange_at(indices, x), values))
         flags.append(total % PRIME == int.from_bytes(value, "big"))
     return flags
 
 
-@functools.lru_cache(maxsize=4096)
-def _lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
-    """``l_j(0) = prod_{m != j} x_m / (x_m - x_j)`` mod ``p`` for share indices ``x``."""
+@functools.lru_cache(maxsize=16384)
+def _lagrange_at(indices: tuple[int, ...], point: int) -> tuple[int, ...]:
+    """``l_j(point) = prod_{m != j} (point - x_m) / (x_j - x_m)`` mod ``p`` for share indices ``x``."""
     if len(set(indices)) != len(indices) or not all(0 < x < PRIME for x in indices):
         raise ValueError(f"share indices must be distinct and in [1, p), got {indices}")
     coefficients = []
@@ -129,8 +127,8 @@ def _lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
         numerator, denominator = 1, 1
         for m, x_m in enumerate(indices):
             if m != j:
-                numerator = numerator * x_m % PRIME
-                denominator = denominator * (x_m - x_j) % PRIME
+                numerator = numerator * (point - x_m) % PRIME
+                denominator = denominator * (x_j - x_m) % PRIME
         coefficients.append(numerator * pow(denominator, -1, PRIME) % PRIME)
     return tuple(coefficients)
 

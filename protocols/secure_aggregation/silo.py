@@ -169,6 +169,24 @@ def _list_digest(listing: CommitmentList) -> bytes:
     return _last_list[1]
 
 
+_last_share_sets: list = [None, frozenset(), {}]  # [the last graph object, its roster silos, share sets by dealer]
+
+
+def _share_sets(graph: dict, advertisers: frozenset[int]) -> dict[int, tuple[int, ...]]:
+    """A dict that ``_share_set`` fills: each dealer's share set in ``graph`` among ``advertisers``, remembered for
+    the last graph object and roster (every silo of a worker checks the same ones)."""
+    if _last_share_sets[0] is not graph or _last_share_sets[1] != advertisers:
+        _last_share_sets[:] = [graph, advertisers, {}]
+    return _last_share_sets[2]
+
+
+def _share_set(known: dict[int, tuple[int, ...]], graph: dict, advertisers: frozenset[int], peer: int) -> tuple[int, ...]:
+    """``peer`` and its neighbours in ``graph`` among ``advertisers``, sorted: whom it must deal its shares to."""
+    if peer not in known:
+        known[peer] = tuple(sorted({peer, *(q for q in graph[peer] if q in advertisers)}))
+    return known[peer]
+
+
 _last_roster_check: list = [None, b"", ()]  # [the last roster object, the list hash, its bad entries]
 
 
@@ -402,6 +420,7 @@ class SecAggSilo(SiloProtocol):
         strangers = sorted(peer for peer in inbound.ciphertexts if peer == self.silo_id or peer not in state.keys)
         if strangers:
             raise ProtocolStateError(f"{self._who()}: shares relayed from non-neighbours {strangers}")
+        known = _share_sets(state.graph, state.advertisers) if self.may_lie else {}
         for peer, ciphertext in inbound.ciphertexts.items():
             if not self.may_lie:
                 mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
@@ -413,7 +432,7 @@ class SecAggSilo(SiloProtocol):
                     mask_seed_share, self_mask_share, holders = state.channel(self.silo_id, peer).open(ciphertext)
                 except ProtocolStateError:
                     continue
-                expected = tuple(sorted({peer, *(q for q in state.graph[peer] if q in state.advertisers)}))
+                expected = _share_set(known, state.graph, state.advertisers, peer)
                 if holders != expected or mask_seed_share[0] != expected.index(self.silo_id) + 1:
                     continue
             state.shares[peer], state.holders[peer] = (mask_seed_share, self_mask_share), holders
