@@ -43,12 +43,14 @@ class FederationShape:
     """The public sizes a mechanism's parameters are checked against before a run: the number of silos
     (``data.silos``) and of model parameters d (the length of an upload), the client rate
     (``federation.client_rate``), and the largest |value| one upload may carry through secure aggregation's
-    fixed-point codec (None without secure aggregation)."""
+    fixed-point codec and the codec's fractional bits f (values travel as multiples of 2^-f; both None without
+    secure aggregation)."""
 
     num_silos: int
     num_parameters: int
     client_rate: float = 1.0
     upload_limit: float | None = None
+    upload_fractional_bits: int | None = None
 
 
 class MechanismParams(BaseModel):

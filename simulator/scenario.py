@@ -758,7 +758,8 @@ def _check_mechanism_fits(scenario: Scenario, *, num_parameters: int) -> None:
     params, protocol = scenario.mechanism.params, scenario.protocol
     limit = secure_aggregation_codec(protocol, num_silos=scenario.data.silos).max_abs_value if protocol.secure_aggregation else None
     shape = FederationShape(num_silos=scenario.data.silos, num_parameters=num_parameters,
-                            client_rate=scenario.federation.client_rate, upload_limit=limit)
+                            client_rate=scenario.federation.client_rate, upload_limit=limit,
+                            upload_fractional_bits=protocol.fractional_bits if protocol.secure_aggregation else None)
     try:
         params.check_federation(shape)
     except ValueError as exc:

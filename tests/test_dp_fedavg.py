@@ -251,3 +251,23 @@ def test_audit_refuses_client_sampling(tmp_path) -> None:
     raw["federation"] = {**raw["federation"], "client_rate": 0.5}
     with pytest.raises(ScenarioError, match="federation.client_rate"):
         validate_scenario(raw)
+
+
+@pytest.mark.parametrize(("rate", "protocol", "refused"), [
+    (4e-7, {"secure_aggregation": False}, True),  # rounds to 0 in 2^-20 steps
+    (1e-3, {"secure_aggregation": True, "fractional_bits": 8}, True),  # rounds to 0 in the codec's 2^-8 steps
+    (1e-3, {"secure_aggregation": True, "fractional_bits": 24}, False),
+    (1e-3, {"secure_aggregation": False}, False),
+])
+def test_a_client_rate_that_rounds_to_zero_on_its_way_to_the_divisor_is_refused(rate, protocol, refused) -> None:
+    from simulator.errors import ScenarioError
+    from simulator.scenario import validate_scenario
+    from tests.conftest import small_scenario
+
+    raw = small_scenario(mechanism={"name": "dp_fedavg"}, protocol=protocol)
+    raw["federation"] = {**raw["federation"], "client_rate": rate}
+    if not refused:
+        validate_scenario(raw)
+        return
+    with pytest.raises(ScenarioError, match="federation.client_rate: got .*rounds to 0"):
+        validate_scenario(raw)

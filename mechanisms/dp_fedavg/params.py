@@ -67,6 +67,7 @@ class DpFedAvgParams(MechanismParams):
         """Distributed noise: no client sampling (no subsampled bound for the sum of discrete Gaussians is
         implemented), Proposition 14's sigma >= 1/2, and uploads within secure aggregation's range."""
         if self.noise != "distributed":
+            self._check_public_rate(federation)
             return
         if federation.client_rate != 1.0:
             raise ValueError("federation.client_rate: distributed noise has no client-sampling amplification "
@@ -78,6 +79,20 @@ class DpFedAvgParams(MechanismParams):
         if federation.upload_limit is not None and setting.upload_bound > federation.upload_limit:
             raise ValueError(f"protocol.fractional_bits: a silo's integers reach {setting.upload_bound:.4g}, beyond the "
                              f"{federation.upload_limit:.4g} secure aggregation carries at this precision; lower it")
+
+    @staticmethod
+    def _check_public_rate(federation: FederationShape) -> None:
+        """Central noise divides by the q the silos upload: it must not round to 0 on its way (2^-20 steps, then
+        secure aggregation's 2^-f)."""
+        from mechanisms.dp_fedavg.mechanism import public_rate
+
+        bits = federation.upload_fractional_bits
+        rate = public_rate(federation.client_rate)
+        if rate == 0.0 or (bits is not None and round(rate * 2**bits) == 0):
+            smallest = 2.0 ** -min(20, 20 if bits is None else bits)
+            raise ValueError(f"federation.client_rate: the q that silos upload for the server's divisor q N rounds to 0 "
+                             f"(it travels in steps of {smallest:g}); allowed: client_rate >= {smallest:g}"
+                             + ("" if bits is None else ", or raise protocol.fractional_bits"))
 
     def distributed_setting(self, num_silos: int, num_parameters: int) -> DistributedSetting:
         """Gamma, sigma, Delta_2 and the modulus bits of distributed noise for N silos and d parameters."""
