@@ -15,7 +15,7 @@ import os
 import shlex
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, NoReturn, Sequence
 
@@ -146,13 +146,20 @@ def _ray_address(args: argparse.Namespace, *, configured: str | None) -> str | N
 @contextmanager
 def _output_dir(args: argparse.Namespace, *, default_parent: Path, kind: str) -> Iterator[Path]:
     """``--out``, refused if privsilo may not write ``kind`` of output there (:func:`simulator.output_dirs.claim`),
-    or a new ``<default_parent>/<UTC time>``, removed again if the command fails before writing into it."""
+    or a new ``<default_parent>/<UTC time>``; either is removed again if the command created it and fails before
+    writing into it."""
     if args.out is not None:
         claim(args.out, kind=kind, overwrite=args.overwrite)
-        yield args.out
+        with _removed_if_created(args.out) as out:
+            yield out
         return
     with removed_if_unused(new_directory(default_parent)) as out:
         yield out
+
+
+def _removed_if_created(out: Path) -> AbstractContextManager[Path]:
+    """``removed_if_unused(out)`` where ``out`` does not exist yet (this command creates it), else ``out`` as is."""
+    return nullcontext(out) if os.path.lexists(out) else removed_if_unused(out)
 
 
 @contextmanager
@@ -170,7 +177,7 @@ def _run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[
             args.run_dir = out
             yield out
         return
-    with locked(args.out):
+    with _removed_if_created(args.out), locked(args.out):
         settle(args.out)
         claim(args.out, kind="run", overwrite=args.overwrite)
         if not args.overwrite and has_checkpoint(args.out):
