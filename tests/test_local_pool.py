@@ -438,7 +438,7 @@ def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_li
 def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(state_dir, tmp_path):
     started_pool("--idle-timeout", "600", "--num-cpus", "2")
     runs = {}
-    for name, cpus, rounds in (("a", 0.6, 15), ("b", 0.5, 3), ("c", 0.4, 3)):
+    for name, cpus, rounds in (("a", 0.6, 60), ("b", 0.5, 3), ("c", 0.4, 3)):  # a runs on while b and c start
         scenario = tmp_path / f"{name}.yaml"
         scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 0.5}, "silo": {
             "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
