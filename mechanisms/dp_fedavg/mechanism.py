@@ -43,20 +43,12 @@ from mechanisms.base import (
     numpy_generator,
 )
 from mechanisms.dp_fedavg.distributed import conditional_round, reduce_signed, rotate, unrotate
-from mechanisms.dp_fedavg.params import DpFedAvgParams
+from mechanisms.dp_fedavg.params import DpFedAvgParams, public_rate
 from mechanisms.events import ClientLevelGaussianEvent, DistributedDiscreteGaussianEvent
 from mechanisms.fedavg import local_sgd
 
 SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
 NOISE_SEED_WORDS = 4  # a silo's rounding and discrete noise come from a numpy generator keyed by 4 x 62 bits of its own
-RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
-
-
-def public_rate(rate: float) -> float:
-    """The client rate as every silo uploads it, ``round(q 2^20) 2^-20``: its sum over any set of uploads is exact
-    (also through secure aggregation's fixed point), so the divisor the server reads never depends on how many
-    silos took part, not even in its last bit."""
-    return round(rate * 2**RATE_BITS) / 2**RATE_BITS
 
 
 def clip_to_norm(vector: np.ndarray, bound: float) -> np.ndarray:

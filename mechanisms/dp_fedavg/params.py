@@ -9,6 +9,15 @@ from pydantic import Field, field_validator, model_validator
 from mechanisms.base import FederationShape, MechanismParams, pld_needs_its_smallest_delta
 from mechanisms.dp_fedavg.distributed import MIN_SIGMA, DistributedSetting
 
+RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
+
+
+def public_rate(rate: float) -> float:
+    """The client rate as every silo uploads it, ``round(q 2^20) 2^-20``: its sum over any set of uploads is exact
+    (also through secure aggregation's fixed point), so the divisor the server reads never depends on how many
+    silos took part, not even in its last bit."""
+    return round(rate * 2**RATE_BITS) / 2**RATE_BITS
+
 
 class DpFedAvgParams(MechanismParams):
     """``mechanism: {name: dp_fedavg, ...}``; see the DP-FedAvg page of the documentation."""
@@ -84,8 +93,6 @@ class DpFedAvgParams(MechanismParams):
     def _check_public_rate(federation: FederationShape) -> None:
         """Central noise divides by the q the silos upload: it must not round to 0 on its way (2^-20 steps, then
         secure aggregation's 2^-f)."""
-        from mechanisms.dp_fedavg.mechanism import public_rate
-
         bits = federation.upload_fractional_bits
         rate = public_rate(federation.client_rate)
         if rate == 0.0 or (bits is not None and round(rate * 2**bits) == 0):
