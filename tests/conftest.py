@@ -1,5 +1,10 @@
-"""Shared fixtures: one local Ray session for the whole test run (with one logical GPU for scheduling tests), and
-the heart disease files in the data cache ``privsilo data fetch`` fills (fetched once if absent)."""
+"""The test tiers and shared fixtures: one local Ray session per test process (with one logical GPU for
+scheduling tests), and the datasets in the data cache ``privsilo data fetch`` fills (fetched once if absent).
+
+Each test gets the marker of its tier from its folder (CONTRIBUTING.md, "Which test tier"): ``unit`` (no Ray, no
+subprocess), ``integration`` (actors on the shared Ray session), ``system`` (Ray heads, clusters, kills and
+``privsilo`` processes of its own), ``repo`` (docs, import graph, layering, shipped scenarios). Every test that
+uses the shared session is put in one xdist group, so that under ``-n`` they run in one worker on one session."""
 from __future__ import annotations
 
 import os
@@ -17,11 +22,41 @@ import pytest  # noqa: E402
 
 import simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
 
-from simulator.data.types import default_data_dir  # noqa: E402
+from tests.support.paths import HEART_DISEASE_DIR  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-# The cache `privsilo data fetch heart_disease` fills (PRIVSILO_DATA_DIR or ~/.cache/privsilo).
-HEART_DISEASE_DIR = default_data_dir() / "heart_disease"
+TIERS = ("unit", "integration", "system", "repo")
+RAY_GROUP = "ray_session"  # the xdist group of the tests on the shared Ray session
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tier; put the users of the shared Ray session in one xdist group; refuse
+    a unit test that asks for Ray."""
+    tests_dir = Path(__file__).parent
+    for item in items:
+        tier = Path(item.path).relative_to(tests_dir).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test file belongs in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))
+        if "ray_local" in item.fixturenames:
+            if tier == "unit":
+                raise pytest.UsageError(f"{item.nodeid}: a unit test runs without Ray; move it to tests/integration/")
+            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_ray(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test that would start, join or use a Ray session (through the engine, a sweep or an attack) fails,
+    naming the tier it belongs to."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    from simulator import cluster
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a unit test runs without Ray: move it to tests/integration/ (ray_local fixture)")
+
+    for name in ("_start_local_ray", "cluster_capacity", "join_cluster"):
+        monkeypatch.setattr(cluster, name, refuse)
 
 
 @pytest.fixture(scope="session")
@@ -49,40 +84,3 @@ def mnist_dir() -> Path:
     from simulator.data.fetch import fetch_dataset
 
     return fetch_dataset("mnist", dest=HEART_DISEASE_DIR.parent / "mnist", progress=False)
-
-
-def small_scenario(**blocks) -> dict:
-    """A fast digits scenario; keyword blocks replace the defaults."""
-    scenario = {
-        "name": "test",
-        "seed": 0,
-        "data": {"dataset": "digits", "partition": "iid", "silos": 3},
-        "model": {"name": "logistic_regression"},
-        "federation": {"rounds": 3, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},
-        "mechanism": {"name": "none"},
-        "protocol": {"secure_aggregation": False},
-        # the quickstart's and shipped scenarios' actor shape: runs one after another reuse the session's idle actors
-        "resources": {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
-    }
-    scenario.update(blocks)
-    return scenario
-
-
-def tiny_silo_context(silo_id: int = 1, canaries=None):
-    """A silo context without Ray: 40 random 8x8 records, a logistic regression, a seeded generator; ``canaries``
-    as an audit would give them (see mechanisms.canaries)."""
-    import numpy as np
-    import torch
-
-    from mechanisms.base import LocalTraining, SiloContext
-    from simulator.models import build_model
-
-    rng = np.random.default_rng(0)
-    features = torch.tensor(rng.normal(size=(40, 1, 8, 8)), dtype=torch.float32)
-    labels = torch.tensor(rng.integers(0, 10, size=40))
-    torch.manual_seed(0)
-    model = build_model("logistic_regression", feature_shape=(1, 8, 8), num_classes=10)
-    training = LocalTraining(local_steps=3, batch_size=8, lr=0.1, rounds=2, client_rate=1.0)
-    return SiloContext(silo_id=silo_id, record_ids=np.arange(40), features=features, labels=labels, model=model,
-                       training=training, generator=torch.Generator().manual_seed(9), device=torch.device("cpu"),
-                       canaries=canaries)

@@ -10,7 +10,7 @@ from mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC
 from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
 from mechanisms.rpdp.mechanism import Rpdp, RpdpParams, _planned_rates
 from simulator.engine import run
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 BUDGETS = "per-record budgets"
 

@@ -1,5 +1,5 @@
 """``privsilo audit``: canaries inside each mechanism (exact checks), the audit's power and its bounds against the
-claimed epsilon on real runs, its files, and bad input. The statistics themselves: tests/test_audit_bounds.py."""
+claimed epsilon on real runs, its files, and bad input. The statistics themselves: tests/unit/simulator/audit/test_audit_bounds.py."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
 from mechanisms.per_sample import noisy_sgd_steps
 from mechanisms.gdp import schedule_mu

@@ -19,7 +19,7 @@ from mechanisms.pldp.sampler import pdpm_outputs
 from protocols.base import ProtocolStateError
 from protocols.plain import PlainSumServer, PlainSumSilo
 from simulator.models import build_model
-from tests.conftest import small_scenario, tiny_silo_context
+from tests.support.scenarios import small_scenario, tiny_silo_context
 
 CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11)
 DIRAC_CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11, coordinates=np.array([4, 0]))  # docs/auditing.md#dirac-canaries

@@ -2,7 +2,7 @@
 a step, the same seed giving the same release on the device, and whole runs with silos and server on GPU shares.
 
 Marked ``cuda``: where torch sees no CUDA device every test here skips with that reason (run them with
-``pytest -m cuda`` on a GPU machine). The CPU side of the same paths is ``tests/test_device_draws.py``.
+``pytest -m cuda`` on a GPU machine). The CPU side of the same paths is ``tests/unit/mechanisms/test_device_draws.py``.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 
 from mechanisms.per_sample import noisy_step
 from simulator.models import build_model
-from tests.conftest import small_scenario
-from tests.device_silos import FAMILIES, contribute, family_silo, released
+from tests.support.scenarios import small_scenario
+from tests.support.device_silos import FAMILIES, contribute, family_silo, released
 
 pytestmark = [
     pytest.mark.cuda,

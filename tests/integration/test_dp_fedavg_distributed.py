@@ -32,8 +32,8 @@ from protocols.fixed_point import FixedPointCodec
 from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import tiny_silo_context
-from tests.test_secure_aggregation import federation, run_round
+from tests.support.scenarios import tiny_silo_context
+from tests.unit.protocols.test_secure_aggregation import federation, run_round
 
 DELTA = 1e-5
 
@@ -301,7 +301,7 @@ def test_run_through_ray_sums_under_secure_aggregation(ray_local, tmp_path) -> N
 
 def test_audit_with_client_canaries_refuses_distributed_noise() -> None:
     from simulator.scenario import load_scenario_file
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     raw = load_scenario_file(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml")
     raw["mechanism"] = {**raw["mechanism"], "noise": "distributed"}

@@ -11,7 +11,7 @@ import pytest
 
 from mechanisms.dprivacy.ifca import kmeans
 from simulator.engine import Federation, run
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 NU, RADIUS = 5.0, 1.0
 DIGITS_LOGREG_PARAMETERS = 64 * 10 + 10

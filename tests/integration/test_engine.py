@@ -17,12 +17,9 @@ from simulator.data import load_dataset
 from simulator.engine import Federation, run
 from simulator.errors import ScenarioError
 from simulator.models import build_model
-from tests.conftest import REPO, small_scenario
-
-
-def _metrics_without_wall_clock(path):
-    with open(path) as handle:
-        return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(handle)]
+from tests.support.outputs import metrics_without_wall_times as _metrics_without_wall_clock
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 
 def test_quickstart_through_the_cli(ray_local, tmp_path):

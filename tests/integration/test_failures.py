@@ -31,7 +31,7 @@ from simulator.faults import CRASH_POINTS, crash_plan
 from simulator.reports import summary
 from simulator.scenario import validate_scenario
 from simulator.snapshots import load_by_reference
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
@@ -313,7 +313,7 @@ def test_a_stopped_worker_becomes_a_dropout_after_the_round_timeout_and_rejoins(
 
 
 def test_a_silo_that_misbehaves_drops_out_of_its_round_and_the_run_goes_on() -> None:
-    """Real Ray worker processes (a Ray of the test's own, whose workers run ``tests/misbehaving_silos.py``'s
+    """Real Ray worker processes (a Ray of the test's own, whose workers run ``tests/support/misbehaving_silos.py``'s
     hook): silo 1 uploads a vector one word short in round 2, silo 2 seals shares for silo 0 that do not
     authenticate in round 3. Under both server models every round finishes, never the run: round 2 sums the
     other three (the model equals the plain run's where silo 1 crashed before uploading) and names silo 1; in
@@ -323,7 +323,7 @@ def test_a_silo_that_misbehaves_drops_out_of_its_round_and_the_run_goes_on() -> 
               for server in ("honest_but_curious", "may_lie")}
     plain = _scenario(DP_SGD, [{"silo": 1, "round": 2, "at": "before_upload"}], rounds=3)
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAY_AUTH_MODE": "disabled"}
-    finished = subprocess.run([sys.executable, "-m", "tests.misbehaving_silos", json.dumps({**secure, "plain": plain})],
+    finished = subprocess.run([sys.executable, "-m", "tests.support.misbehaving_silos", json.dumps({**secure, "plain": plain})],
                               capture_output=True, text=True, env=env, timeout=600, check=False)
     assert finished.returncode == 0, finished.stderr[-3000:]
     reports = json.loads(finished.stdout.strip().splitlines()[-1])

@@ -18,8 +18,8 @@ import simulator.engine
 from simulator.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, main
 from simulator.engine import run
 from simulator.output_dirs import new_directory
-from tests.conftest import REPO
-from tests.test_sweep import _write_grid
+from tests.support.paths import REPO
+from tests.unit.simulator.experiments.test_sweep import _write_grid
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 SYNTHETIC_LINEAR = REPO / "scenarios" / "dprivacy" / "synthetic_linear.yaml"
@@ -130,7 +130,7 @@ def test_tensorboard_is_live_and_a_resumed_run_continues_its_events(tmp_path):
     """Round 1's scalars can be read while the run goes on; the run is then killed (driver and Ray) after a round
     its last checkpoint does not cover, and ``privsilo resume`` continues the same event directory: each round
     ends with one value, that of metrics.csv."""
-    from tests.test_resume import _kill_session, _start
+    from tests.system.test_resume import _kill_session, _start
 
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(QUICKSTART.read_text())

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from simulator.engine import run
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 D = 64 * 10 + 10  # logistic regression on 8x8 digits
 BUDGETS = [0.2, 0.5, 1.0]

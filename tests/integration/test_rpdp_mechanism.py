@@ -16,8 +16,9 @@ from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
 from simulator.experiments.sweep import rebuild_accountant
-from tests.conftest import REPO, small_scenario
-from tests.rpdp_reference import lemma6_epsilon
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
+from tests.support.rpdp_reference import lemma6_epsilon
 
 SETTINGS = dict(noise_multiplier=1.0, rounds=6, local_steps=5, client_rate=0.5, delta=1e-3)
 INTEGER_ORDERS = tuple(order for order in DEFAULT_ORDERS if float(order).is_integer())
@@ -41,7 +42,7 @@ def test_budget_invariant_holds_under_any_participation():
     """Seeded random participation (each round run with probability 0.8, until some record reaches T rounds).
 
     Every record's spent epsilon is checked against an independent 50-digit evaluation of Theorem 1 for the
-    server (k realised rounds: k * tau * rho(a, q), Lemma 4 summed directly; ``tests.rpdp_reference``), not
+    server (k realised rounds: k * tau * rho(a, q), Lemma 4 summed directly; ``tests.support.rpdp_reference``), not
     against the accountant itself: it never exceeds the budget, it equals the accountant's figure, and every
     record the accountant stops would have exceeded its budget in one more round. The accountant runs on the
     integer orders the reference evaluates (its fractional orders are checked against Opacus elsewhere)."""

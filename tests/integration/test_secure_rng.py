@@ -13,7 +13,7 @@ from simulator.data.silos import partition_silos, run_seeds
 from simulator.engine import Federation, run
 from simulator.models import build_model
 from simulator.secure_rng import MT_WORDS, reseed_from_os_entropy
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 SIGMA, CLIP, BATCH, LR = 1.0, 1.0, 32, 0.5
 

@@ -10,7 +10,8 @@ import torch
 from mechanisms.dprivacy.ifca import kmeans
 from mechanisms.server_optimizers import Momentum
 from simulator.engine import Federation, run
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 ADAM_AND_PROX = {"server_optimizer": {"name": "adam", "lr": 0.05}, "proximal_mu": 0.5}

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 import mechanisms.uldp as uldp
 from mechanisms.uldp.plots import curve_stats, group_runs, plot_sweep
 from simulator.experiments.sweep import SweepRun, sweep
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 AXES = ["data.users.count", "mechanism.variant"]
 

@@ -13,7 +13,7 @@ import yaml
 from simulator.cli import main
 from simulator.scenario import validate_scenario
 from simulator.scenario_reference import PAGE, scenario_reference_markdown, undocumented_keys, updated_page
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 OPTIONAL_BLOCKS = ("data.users", "attack")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 PACKAGES = ("simulator", "mechanisms", "protocols")
 

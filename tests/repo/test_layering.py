@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_pure_layers_do_not_import_ray():

@@ -8,7 +8,7 @@ from mechanisms.events import PoissonGaussianEvent
 from mechanisms.registry import mechanism_class
 from simulator.data import load_dataset
 from simulator.scenario import apply_overrides, load_scenario_file, validate_scenario
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(p for p in SCENARIOS.rglob("*.yaml"))

@@ -11,7 +11,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.experiments.sweep import load_grid
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
 FAST = ["federation.rounds=1", "federation.local_steps=2"]

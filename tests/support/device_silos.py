@@ -1,5 +1,5 @@
 """Every mechanism family's silo, built in process (no Ray) on a chosen device, for the device tests
-(``tests/test_device_draws.py`` on the CPU, ``tests/test_cuda.py`` on a GPU)."""
+(``tests/unit/mechanisms/test_device_draws.py`` on the CPU, ``tests/integration/test_cuda.py`` on a GPU)."""
 from __future__ import annotations
 
 import numpy as np

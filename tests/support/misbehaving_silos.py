@@ -1,4 +1,4 @@
-"""Silos that misbehave inside real Ray worker processes, for ``tests/test_failures.py``: run as a script, this
+"""Silos that misbehave inside real Ray worker processes, for ``tests/integration/test_failures.py``: run as a script, this
 starts its own local Ray whose every worker process first runs :func:`misbehave` (Ray's
 ``worker_process_setup_hook``), which makes silo 1 upload a vector one word short in round 2 and silo 2 seal
 shares for silo 0 that do not authenticate in round 3. It runs the scenarios given as one JSON object (name: scenario) on
@@ -43,7 +43,7 @@ def main(scenarios: dict[str, dict]) -> None:
     from simulator.engine import run
 
     ray.init(address="local", num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"worker_process_setup_hook": "tests.misbehaving_silos.misbehave"})
+             runtime_env={"worker_process_setup_hook": "tests.support.misbehaving_silos.misbehave"})
     reports = {}
     for name, scenario in scenarios.items():
         result = run(scenario)

@@ -1,9 +1,9 @@
-"""Drivers for tests/test_warm_pool.py: each command joins the cluster at ADDRESS as its own Ray job (a separate
+"""Drivers for tests/system/test_warm_pool.py: each command joins the cluster at ADDRESS as its own Ray job (a separate
 process, as two ``privsilo run`` would be) and prints one JSON line.
 
-    python -m tests.pool_drivers ADDRESS lease COUNT [--version V] [--hold | --die]
-    python -m tests.pool_drivers ADDRESS isolation
-    python -m tests.pool_drivers ADDRESS alive
+    python -m tests.support.pool_drivers ADDRESS lease COUNT [--version V] [--hold | --die]
+    python -m tests.support.pool_drivers ADDRESS isolation
+    python -m tests.support.pool_drivers ADDRESS alive
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Another local user against the local pool, for tests/test_local_pool.py. Started as root, it imports Ray (whose
+"""Another local user against the local pool, for tests/system/test_local_pool.py. Started as root, it imports Ray (whose
 files that user may not be able to read), becomes USER and prints one JSON line: what it got from each of the pool's
 state files, and how its attempt to join the pool's Ray head at ADDRESS ended (with Ray's GCS client, the first
 connection that ``ray.init(address=...)`` and ``ray start --address`` open; they themselves cannot run as that user
 where the interpreter lives in root's home).
 
-    python -m tests.pool_intruder USER STATE_DIR ADDRESS (--no-token | --token-guess | --token-from FILE)
+    python -m tests.support.pool_intruder USER STATE_DIR ADDRESS (--no-token | --token-guess | --token-from FILE)
 
 ``--token-from`` reads the token while still root: the control showing that the token, and nothing else, is what
 the user lacks.

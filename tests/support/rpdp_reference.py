@@ -1,12 +1,12 @@
 """An independent evaluation of rPDP-FL's accountant for the tests, written from the paper (Liu et al., CCS 2024,
-Lemma 4, Lemma 6, Theorem 1) at integer RDP orders (log A_a from ``tests.rdp_reference``), sharing no code with ``mechanisms``."""
+Lemma 4, Lemma 6, Theorem 1) at integer RDP orders (log A_a from ``tests.support.rdp_reference``), sharing no code with ``mechanisms``."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 import mpmath
 
-from tests.rdp_reference import log_moment
+from tests.support.rdp_reference import log_moment
 
 DIGITS = 50
 

@@ -3,7 +3,7 @@ strategy, what the server can then compute, and a search over strategies.
 
 The model follows ``protocols/secure_aggregation/silo.py`` rule by rule (and, for comparison, the checks the
 silos made before the consistency check bound ``U`` to the shares a silo received: ``old=True``);
-``tests/test_secagg_adversary.py`` checks it against the real silo objects on sampled strategies and replays the
+``tests/unit/protocols/test_secagg_adversary.py`` checks it against the real silo objects on sampled strategies and replays the
 attacks it finds on them. Every silo of the round advertises, shares and uploads (a server gains nothing from a
 silo that really drops: it may claim any silo dropped). The graph and the corrupt silos are given (the graph seed
 cannot be ground: ``test_secure_aggregation.py``).

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from tests.conftest import REPO, small_scenario
-from tests.test_cli import IMPORT_PROBE, one_error_line, privsilo
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
+from tests.support.cli import IMPORT_PROBE, one_error_line, privsilo
 
 SEED_KEYS = {"target_silo", "seed", "psnr", "ssim", "mse", "label_accuracy", "success", "restarts", "seconds", "final_loss", "labels", "images"}
 

@@ -8,52 +8,28 @@ from __future__ import annotations
 import http.server
 import importlib.metadata
 import json
-import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 import yaml
 
 from simulator.data.heart_disease import CENTERS, center_file
-from tests.conftest import HEART_DISEASE_DIR, REPO, small_scenario
+from tests.support.cli import IMPORT_PROBE, one_error_line, privsilo
+from tests.support.paths import HEART_DISEASE_DIR, REPO
+from tests.support.processes import free_ports
+from tests.support.scenarios import small_scenario
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 HEART_DPSGD = REPO / "scenarios" / "heart_disease_dpsgd.yaml"
 HEAVY_MODULES = ("torch", "ray", "matplotlib", "opacus")
 
 
-def privsilo(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``privsilo ARGS`` in a fresh interpreter (extra environment variables in ``env``)."""
-    return subprocess.run(
-        [sys.executable, "-m", "simulator.cli", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=timeout, env={**os.environ, **(env or {})},
-    )
-
-
-def one_error_line(proc: subprocess.CompletedProcess) -> str:
-    """The single stderr line of a user error (exit 2, no traceback)."""
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr[-2000:]
-    assert lines[0].startswith("privsilo: error: ")
-    return lines[0]
-
-
 # --- start-up ----------------------------------------------------------------------------------------------
-
-IMPORT_PROBE = (
-    "import json, sys\n"
-    "from simulator.cli import main\n"
-    "code = main(sys.argv[1:])\n"
-    "print(json.dumps({'code': code, 'modules': sorted({name.split('.')[0] for name in sys.modules})}))\n"
-)
-
 
 @pytest.mark.parametrize(
     ("args", "also_absent"),
@@ -171,12 +147,6 @@ def test_budgets_csv_without_the_column_names_the_key_and_the_columns(tmp_path):
 
 # --- joining a cluster -------------------------------------------------------------------------------------
 
-def free_loopback_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class _NotRay(http.server.BaseHTTPRequestHandler):
     """An HTTP/1.1 server, like Ray's dashboard on 8265: listening, but not a Ray head's GCS."""
 
@@ -201,7 +171,7 @@ def test_wrong_address_exits_2_within_the_connect_timeout(tmp_path, listener):
         silent = socket.create_server(("127.0.0.1", 0))  # the kernel completes the handshake; nobody replies
         address = f"127.0.0.1:{silent.getsockname()[1]}"
     else:
-        address = f"127.0.0.1:{free_loopback_port()}"
+        address = f"127.0.0.1:{free_ports(1)[0]}"
     try:
         proc = privsilo("run", str(QUICKSTART), "--address", address, "--set", "ray.connect_timeout=5",
                         "--out", str(tmp_path / "out"), "--no-progress", timeout=100)

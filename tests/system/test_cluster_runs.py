@@ -13,7 +13,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, small_scenario
+from tests.support.cli import privsilo
+from tests.support.paths import REPO
+from tests.support.processes import free_ports
+from tests.support.scenarios import small_scenario
 
 START_ATTEMPTS = 5
 FAST = {"rounds": 1, "client_rate": 1.0, "local_steps": 2, "batch_size": 16, "lr": 0.1}
@@ -64,17 +66,6 @@ def load(*, seed):
 '''
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
     """``ray start --head --block`` run from a directory of its own, in a process group of its own; yields its
@@ -98,7 +89,7 @@ def start_node(where: Path, *, num_cpus: int, num_gpus: int = 0, head: str | Non
     if head is not None or joinable:  # conftest's "0" keeps the GCS on 127.0.0.1, where Ray refuses joining nodes
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     for attempt in range(START_ATTEMPTS):  # a loaded machine can miss Ray's fixed 30 s for the raylet to register
-        gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = _free_ports(8)
+        gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = free_ports(8)
         role = [f"--address={head}"] if head else ["--head", f"--port={gcs}", "--include-dashboard=false",
                                                    f"--ray-client-server-port={client}"]
         command = [str(Path(sys.executable).with_name("ray")), "start", *role, "--block", "--node-ip-address=127.0.0.1",
@@ -140,10 +131,6 @@ def _group_alive(group: int) -> bool:
         return True
     except ProcessLookupError:
         return False
-
-
-def privsilo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 def _scenario_file(directory: Path, name: str, **blocks) -> Path:

@@ -1,6 +1,6 @@
 """The exit statuses of ``privsilo``: the table in docs/failures.md lists exactly the codes ``simulator.errors``
 defines, and the command returns each in its case (those cheap to cause here; a lost node's 3 is in
-tests/test_cluster_runs.py). Ctrl-C is a real SIGINT to a real ``privsilo run``: status 130, the resume command,
+tests/system/test_cluster_runs.py). Ctrl-C is a real SIGINT to a real ``privsilo run``: status 130, the resume command,
 and a checkpoint that ``privsilo resume`` finishes."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 
 from simulator import errors
 from simulator.cli import main
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 INTERRUPT_BOUND_S = 30  # measured 1.5 s on a loaded 2-core machine; the bound only catches a hang

@@ -4,7 +4,6 @@ checkpoint kept and the command that resumes from it printed; resuming once ther
 never failed (:mod:`simulator.file_faults`)."""
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import subprocess
@@ -17,7 +16,8 @@ import pytest
 from simulator.checkpoint import read_checkpoint
 from simulator.cli import main
 from simulator.file_faults import EXIT_FILE_SYSTEM_FAULT
-from tests.conftest import REPO
+from tests.support.outputs import metrics_without_wall_times as _metrics
+from tests.support.paths import REPO
 
 QUICKSTART = str(REPO / "scenarios" / "quickstart.yaml")
 # Four rounds, a checkpoint after each: the first (~40 KiB) fits a 96 KiB disk, the second beside it does not.
@@ -51,11 +51,6 @@ def _one_error_line(capsys) -> str:
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("privsilo: error: "), captured.err
     return lines[0]
-
-
-def _metrics(directory: Path) -> list[dict[str, str]]:
-    with (directory / "metrics.csv").open() as handle:
-        return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(handle)]
 
 
 def test_a_full_disk_then_read_only_then_resume_once_there_is_room(ray_local, disk, tmp_path, capsys):

@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -29,10 +30,14 @@ import yaml
 from simulator import local_pool
 from simulator import driver_protocol
 from simulator.processes import process_start
-from tests.conftest import REPO, small_scenario
-from tests.test_warm_pool import metrics_without_wall_times
+from tests.support import cli
+from tests.support.outputs import metrics_without_wall_times
+from tests.support.paths import REPO
+from tests.support.processes import descendants
+from tests.support.scenarios import small_scenario
 
 OTHER_USER = "privsilo-test-other"
+privsilo = partial(cli.privsilo, code=0)  # ``privsilo ARGS`` in a fresh process; asserts its exit status
 GONE_WITHIN_S = 120  # a stopped head's workers notice within seconds; a loaded machine is slower
 
 
@@ -43,32 +48,6 @@ def state_dir(tmp_path, monkeypatch) -> Iterator[Path]:
     monkeypatch.setenv("PRIVSILO_STATE_DIR", str(path))
     yield path
     local_pool.stop()
-
-
-def privsilo(*args: str, code: int = 0) -> subprocess.CompletedProcess:
-    """``privsilo ARGS`` in a fresh process (with this process's environment, so the test's state directory)."""
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=600)
-    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
-
-
-def descendants(pid: int) -> set[int]:
-    """The processes below ``pid`` (children, their children, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def wait_until_gone(pids: set[int]) -> None:
@@ -255,7 +234,7 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
     assert all(stat.S_IMODE((state_dir / name).stat().st_mode) == 0o600 for name in files)
 
     def intrude(*how: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "tests.pool_intruder", other_user, str(state_dir), state.address,
+        proc = subprocess.run([sys.executable, "-m", "tests.support.pool_intruder", other_user, str(state_dir), state.address,
                                *how], capture_output=True, text=True, cwd=REPO, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = json.loads(proc.stdout.splitlines()[-1])

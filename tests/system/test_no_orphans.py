@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 LEFT_BOUND_S = 45  # the watchdog's 5 s grace, its scans, and a loaded machine
 

@@ -15,8 +15,9 @@ from simulator.engine import pack_silos, run
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
 from simulator.silo import SiloSpec
-from tests.conftest import REPO, small_scenario
-from tests.test_cli import one_error_line, privsilo
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
+from tests.support.cli import one_error_line, privsilo
 
 PACKINGS = (1, 3, 2)  # one silo per worker, every silo in one worker, uneven (two and one)
 CASES = {

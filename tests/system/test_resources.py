@@ -9,7 +9,8 @@ import warnings
 import yaml
 
 from simulator.engine import Federation
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 
 def test_four_silos_share_one_gpu_and_fall_back_to_cpu_with_one_warning(ray_local):

@@ -6,7 +6,6 @@ killed run leaves) and resume from it in this process, for every mechanism, with
 """
 from __future__ import annotations
 
-import csv
 import os
 import re
 import signal
@@ -23,9 +22,11 @@ import yaml
 from simulator.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint, write_checkpoint
 from simulator.engine import run
 from simulator.errors import ScenarioError
-from tests.conftest import small_scenario
+from tests.support.outputs import metrics_without_wall_times as _metrics
+from tests.support.paths import REPO
+from tests.support.processes import descendants
+from tests.support.scenarios import small_scenario
 
-REPO = Path(__file__).resolve().parents[1]
 PRIVSILO = [sys.executable, "-m", "simulator.cli"]
 ROUNDS = 5
 MECHANISMS = {
@@ -55,11 +56,6 @@ def _scenario(mechanism: dict, **blocks) -> dict:
     )
     scenario.update(blocks)
     return scenario
-
-
-def _metrics(path: Path) -> list[dict]:
-    """metrics.csv without its wall times."""
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(path.open())]
 
 
 TIMES = ("seconds", "protocol_seconds")
@@ -240,24 +236,13 @@ SESSION = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
 
 
 def _descendants(root: int) -> dict[int, bytes]:
-    """``{pid: command line}`` of every process below ``root``."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, ValueError):
-                continue
-    found, frontier = {}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found:
-                try:
-                    found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes()
-                except OSError:
-                    continue
-                frontier.append(pid)
+    """``{pid: command line}`` of every process below ``root`` (those that still have one)."""
+    found = {}
+    for pid in descendants(root):
+        try:
+            found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            continue
     return found
 
 

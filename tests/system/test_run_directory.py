@@ -3,7 +3,6 @@ finished run, never neither, and no checkpoint in a finished one), one writer at
 directory, results readable like any other output, and a checkpoint of the wrong structure refused in one line."""
 from __future__ import annotations
 
-import csv
 import os
 import pickle
 import signal
@@ -23,7 +22,9 @@ from simulator.engine import run
 from simulator.reports import atomic_directory
 from simulator.run_directory import KILL_POINT_VARIABLE, is_finished
 from simulator.run_lock import LOCK_FILE, locked
-from tests.conftest import REPO, small_scenario
+from tests.support.outputs import metrics_without_wall_times as _metrics
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 PRIVSILO = [sys.executable, "-m", "simulator.cli"]
 FINISHING_STEPS = ("finish:start", "finish:metrics", "finish:summary-partial", "finish:summary", "finish:committed")
@@ -49,10 +50,6 @@ def _scenario(**blocks) -> dict:
                               resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1})
     scenario.update(blocks)
     return scenario
-
-
-def _metrics(path: Path) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(path.open())]
 
 
 def _same_outputs(directory: Path, reference: Path) -> None:

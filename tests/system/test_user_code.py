@@ -4,7 +4,6 @@ Ray actors. Bad models and datasets exit 2 with one line naming the field (check
 ``python -m simulator.cli`` calls, in this process; one case also in a fresh interpreter)."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -22,8 +21,9 @@ from examples.wine_csv.data import load_wine_csv
 from examples.wine_csv.model import tabular_mlp
 from simulator.errors import ScenarioError
 from simulator.scenario import load_scenario_file, validate_scenario
-from tests.conftest import REPO
-from tests.test_cli import one_error_line, privsilo as privsilo_cli
+from tests.support.outputs import metrics_without_wall_times as _metrics
+from tests.support.paths import REPO
+from tests.support.cli import one_error_line, privsilo as privsilo_cli
 
 EXAMPLE = REPO / "examples" / "wine_csv" / "scenario.yaml"
 SHORT = ["federation.rounds=3"]
@@ -36,13 +36,6 @@ def _validate(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.Comp
     code = main(["validate", *args])
     captured = capsys.readouterr()
     return subprocess.CompletedProcess(["privsilo", "validate", *args], code, captured.out, captured.err)
-
-
-def _metrics(out: Path) -> list[dict[str, str]]:
-    rows = list(csv.DictReader((out / "metrics.csv").open()))
-    for row in rows:
-        row.pop("wall_seconds")
-    return rows
 
 
 def _same_model(a: Path, b: Path) -> bool:
@@ -181,7 +174,7 @@ def test_models_that_break_clipping_or_determinism_are_refused(factory, mechanis
     """Found by a review: parameterless layers that mix records passed a check by layer type, and functional
     dropout or frozen parameters failed only inside the run."""
     extra = ["--set=data.users={count: 20}"] if "uldp" in mechanism else []
-    proc = _validate(capsys, str(EXAMPLE), f"--set=model.name=tests.test_user_code:{factory}", "--set=model.kwargs={}",
+    proc = _validate(capsys, str(EXAMPLE), f"--set=model.name=tests.system.test_user_code:{factory}", "--set=model.kwargs={}",
                      f"--set=mechanism={mechanism}", *extra)
     line = one_error_line(proc)
     assert line.startswith("privsilo: error: model.name: ") and words in line, line

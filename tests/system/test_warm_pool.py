@@ -6,19 +6,24 @@ actor behind.
 Every driver is its own process (its own Ray job), as two ``privsilo run`` commands are."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pytest
 import torch
 import yaml
 
 from simulator.detached_pool import CHECK_EVERY_S
-from tests.conftest import REPO, small_scenario
+from tests.support import cli
+from tests.support.outputs import metrics_without_wall_times
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
+
+privsilo = partial(cli.privsilo, timeout=300, code=0)  # ``privsilo ARGS`` in a fresh process; asserts it exited 0
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +46,11 @@ def cluster_address():
 
 
 def driver(address: str, *args: str) -> object:
-    """What a tests/pool_drivers.py command printed."""
-    proc = subprocess.run([sys.executable, "-m", "tests.pool_drivers", address, *args], capture_output=True, text=True,
+    """What a tests/support/pool_drivers.py command printed."""
+    proc = subprocess.run([sys.executable, "-m", "tests.support.pool_drivers", address, *args], capture_output=True, text=True,
                           cwd=REPO, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def privsilo(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-def metrics_without_wall_times(path) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(path.open())]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +90,7 @@ def test_a_handed_back_actor_keeps_nothing_of_its_run(two_runs, cluster_address)
 
 def test_two_drivers_at_once_never_share_an_actor(cluster_address):
     idle = driver(cluster_address, "lease", "3")  # three idle actors in the pool, for both drivers to want
-    holders = [subprocess.Popen([sys.executable, "-m", "tests.pool_drivers", cluster_address, "lease", "3", "--hold"],
+    holders = [subprocess.Popen([sys.executable, "-m", "tests.support.pool_drivers", cluster_address, "lease", "3", "--hold"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
     try:
         first, second = (set(json.loads(holder.stdout.readline())) for holder in holders)

@@ -1,6 +1,6 @@
 """Local training's draws where the records are (issue 29): Poisson sampling in chunks of steps, a generator on the
 silo's device keyed from the silo's stream, the CPU's draws unchanged, evaluation without autograd. The same paths
-run on a GPU in ``tests/test_cuda.py``; here a CPU generator stands in for the device's."""
+run on a GPU in ``tests/integration/test_cuda.py``; here a CPU generator stands in for the device's."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ from mechanisms.dp_sgd import noisy_local_training
 from mechanisms.per_sample import poisson_batches, poisson_sample
 from simulator.models import build_model, evaluate_model
 from simulator.silo import draws_on_device
-from tests.device_silos import FAMILIES, contribute, family_silo, released
+from tests.support.device_silos import FAMILIES, contribute, family_silo, released
 
 FALSE_FAILURE_RATE = 1e-6
 

@@ -6,20 +6,16 @@ fell below two rigorous values, which RDP, the alternative named, stays above), 
 and ``uldp``, and refused where it does not apply."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import warnings
 
 import pytest
-import yaml
 
 from mechanisms.accounting import RdpAccountant
 from mechanisms.events import PoissonGaussianEvent, UserLevelGaussianEvent
 from mechanisms.pld import DELTA_SAFETY, FINE_VALUE_DISCRETIZATION_INTERVAL, SMALLEST_DELTA, _one_step, gaussian_delta, pld_epsilon
 from mechanisms.uldp.accountant import UldpAccountant, user_level_epsilon
 from simulator.scenario import validate_scenario
-from tests.conftest import REPO, small_scenario
+from tests.support.scenarios import small_scenario
 
 DELTA = 1e-5
 GRID = [(q, sigma, steps) for q in (0.01, 0.1, 1.0) for sigma in (0.7, 1.0, 2.0, 5.0) for steps in (1, 10, 100)]
@@ -208,42 +204,3 @@ def _validated(mechanism):
     if mechanism["name"] == "uldp":  # user-level DP needs record owners, and AVG-w secure aggregation
         scenario.update(data={**scenario["data"], "users": {"count": 20}}, protocol={"secure_aggregation": True})
     return validate_scenario(scenario)
-
-
-def test_dp_sgd_run_reports_pld_beside_rdp(ray_local, tmp_path):
-    from simulator.engine import run
-    from simulator.reports import privacy_line
-
-    scenario = small_scenario(
-        federation={"rounds": 2, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},
-        mechanism={"name": "dp_sgd", "noise_multiplier": 1.0, "accountant": "pld"},
-    )
-    result = run(scenario, out_dir=tmp_path / "run")
-    privacy = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
-    assert privacy["accountant"] == "pld"
-    assert privacy["epsilon"] == privacy["epsilon_pld"] <= privacy["epsilon_rdp"]
-    assert privacy["epsilon_per_silo"] == privacy["epsilon_per_silo_pld"]
-    assert all(privacy["epsilon_per_silo_pld"][silo] <= privacy["epsilon_per_silo_rdp"][silo] for silo in ("0", "1", "2"))
-    assert result.rounds[-1].epsilon == privacy["epsilon"]  # metrics.csv's epsilon is the chosen accountant's
-    assert privacy_line(privacy, mechanism="dp_sgd").endswith(f"(PLD accountant; RDP gives {privacy['epsilon_rdp']:.4g})")
-
-
-@pytest.mark.parametrize(
-    ("mechanism", "allowed"),
-    [
-        ({"name": "uldp", "variant": "group", "group_k": 2, "accountant": "pld"}, "allowed: rdp, or pld with variant"),
-        ({"name": "rpdp", "accountant": "pld"}, "unknown key"),
-        ({"name": "dp_sgd", "accountant": "prv"}, "'rdp' or 'pld'"),
-        ({"name": "dp_sgd", "accountant": "pld", "delta": 1e-12}, "allowed: rdp, or pld with delta >= 1e-10"),
-        ({"name": "uldp", "accountant": "pld", "delta": 5e-11}, "allowed: rdp, or pld with delta >= 1e-10"),
-        ({"name": "dp_fedavg", "accountant": "pld", "delta": 1e-11}, "allowed: rdp, or pld with delta >= 1e-10"),
-    ],
-)
-def test_refusals_exit_2_naming_the_field(tmp_path, mechanism, allowed):
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(small_scenario(mechanism=mechanism)))
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "validate", str(path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("privsilo: error: mechanism.accountant: got ") and allowed in line

@@ -28,7 +28,7 @@ from mechanisms.rpdp import epsilon as rpdp_epsilon
 from mechanisms.rpdp import rdp_curve
 from mechanisms.uldp import epsilon as uldp_epsilon
 from mechanisms.uldp.accountant import group_exponent, group_rdp, user_level_epsilon
-from tests.rdp_reference import balle_epsilon, step_rdp
+from tests.support.rdp_reference import balle_epsilon, step_rdp
 
 # The grid spans each regime with its extreme and critical points (the 30-digit reference makes every point cost,
 # and the accountants' own evaluation at ~150 orders runs twice per point); its best orders run from 1.1 (fractional)

@@ -11,7 +11,8 @@ from mechanisms.server_optimizers import Adagrad, Adam, Momentum, Sgd, Yogi
 from simulator.cli import main
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 X0 = np.array([0.5, -1.0, 2.0])
 AGGREGATES = [np.array([0.7, -1.2, 2.0]), np.array([0.2, -1.0, 2.5]), np.array([1.0, 0.0, -1.0])]  # relative to x

@@ -1,4 +1,4 @@
-"""A lying server against secure aggregation with ``server: may_lie`` (``tests/secagg_adversary.py``): a search over
+"""A lying server against secure aggregation with ``server: may_lie`` (``tests/support/secagg_adversary.py``): a search over
 what it can do at each stage finds the two attacks on the checks the silos made before (withholding shares, then
 claiming dropouts; cutting the ring into arcs), and nothing against today's checks beyond the events the printed
 bound counts. The model the search runs on is checked against the real silo objects, and the attacks it finds
@@ -27,8 +27,8 @@ from protocols.secure_aggregation.graph import public_permutation
 from protocols.secure_aggregation.parameters import dropped_silos
 from protocols.secure_aggregation.sharing import mask_private_key, recover
 from protocols.secure_aggregation.signatures import sign, uploaders_message
-from tests.secagg_adversary import Setting, Strategy, bound_event, harary, outcome, random_strategy, search
-from tests.test_secure_aggregation import federation, random_vectors, through_keys
+from tests.support.secagg_adversary import Setting, Strategy, bound_event, harary, outcome, random_strategy, search
+from tests.unit.protocols.test_secure_aggregation import federation, random_vectors, through_keys
 
 
 class OldChecksSilo(SecAggSilo):

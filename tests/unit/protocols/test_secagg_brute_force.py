@@ -12,7 +12,7 @@ subset is enumerated, and for each one every strategy of the server that the sil
   ``v`` is exposed when corrupt and revealed shares reach ``t`` of both kinds. The search covers every split of
   the honest silos between "everybody uploaded" and "all but ``v`` did" (both sets a silo signs: at most ``d``
   missing and connected). Stories are not every strategy: a server that also withholds shares or forwards
-  different signatures is searched in ``tests/test_secagg_adversary.py``.
+  different signatures is searched in ``tests/unit/protocols/test_secagg_adversary.py``.
 * Splitting the honest uploaders: the server places up to ``d`` dropouts among the honest silos (every placement
   is tried); it wins when the honest silos left are disconnected once the corrupt ones are removed, while the
   claimed uploaders (everybody but the placed dropouts) stay connected, as the silos require.

@@ -8,8 +8,6 @@ import dataclasses
 import itertools
 import math
 import pickle
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,7 +60,7 @@ from protocols.secure_aggregation.signatures import graph_seed
 from protocols.secure_aggregation.sharing import PRIME, mask_private_key
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 STEPS = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES", "protect", "unmask")
 """Where a silo can vanish: before answering that step (and it sends nothing afterwards)."""
@@ -779,14 +777,6 @@ def test_messages_pickle_with_their_read_only_mappings() -> None:
     assert restored == reply
     with pytest.raises(TypeError):
         restored.self_mask_shares[3] = (1, b"y")  # type: ignore[index]
-
-
-def test_protocols_stay_free_of_ray() -> None:
-    code = (
-        "import sys, protocols.plain, protocols.secure_aggregation, protocols.fixed_point; "
-        "assert 'ray' not in sys.modules and 'torch' not in sys.modules"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_with_k_neighbours_every_message_grows_with_k_not_n() -> None:

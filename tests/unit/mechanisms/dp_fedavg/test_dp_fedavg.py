@@ -2,14 +2,11 @@
 the silo's clipping, the server's noise and divisor, and a run through real Ray actors."""
 from __future__ import annotations
 
-import csv
-import json
 import logging
 
 import dp_accounting
 import numpy as np
 import pytest
-import yaml
 from opacus.accountants import RDPAccountant as OpacusRdp
 
 from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
@@ -19,9 +16,8 @@ from mechanisms.events import ClientLevelGaussianEvent
 from mechanisms.rdp import DEFAULT_ORDERS
 from mechanisms.canaries import SiloCanaries
 from mechanisms.dp_fedavg.mechanism import ClipNorm, DpFedAvg
-from simulator.audit.runner import audit
-from simulator.engine import run
-from tests.conftest import REPO, tiny_silo_context
+from tests.support.paths import REPO
+from tests.support.scenarios import tiny_silo_context
 
 DELTA = 1e-5
 SETTINGS = [(1.0, 1.0, 10), (0.5, 1.0, 30), (0.1, 0.8, 200), (0.01, 1.2, 1000)]  # (q, z, rounds)
@@ -183,30 +179,6 @@ def test_params_refuse_bad_values() -> None:
         DpFedAvgParams(target_quantile=0.3)
 
 
-@pytest.mark.parametrize("clipping", [{}, {"clipping": "adaptive", "clipped_count_stddev": 1.0}], ids=["fixed", "adaptive"])
-def test_run_through_ray_reports_the_accountants_epsilon(ray_local, tmp_path, clipping) -> None:
-    """Adaptive clipping is accounted at the same z: the count's noise is inside it (Andrew et al.)."""
-    scenario = {
-        "name": "dp_fedavg_e2e", "seed": 0,
-        "data": {"dataset": "digits", "partition": "iid", "silos": 6},
-        "model": {"name": "logistic_regression"},
-        "federation": {"rounds": 3, "client_rate": 0.5, "local_steps": 2, "batch_size": 16, "lr": 0.1},
-        "mechanism": {"name": "dp_fedavg", "noise_multiplier": 1.5, "clip_norm": 1.0, "delta": DELTA, **clipping},
-        "resources": {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
-    }
-    run(scenario, out_dir=tmp_path / "out")
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    privacy = summary["privacy"]
-    assert privacy["rounds_accounted"] == 3  # every round held, whoever was sampled
-    assert privacy["epsilon"] == pytest.approx(_accountant(0.5, 1.5, 3).report()["epsilon"], rel=1e-12)
-    with open(tmp_path / "out" / "metrics.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    assert len(rows) == 3 and all(row["train_loss"] == "" for row in rows)  # not privatised: never written
-    assert privacy["guarantee"].startswith("client-level")
-    assert any("number of silos" in item for item in privacy["assumed_public"])
-    assert np.isfinite(summary["final"]["accuracy"])
-
-
 @pytest.mark.parametrize("clipping", ["fixed", "adaptive"])
 def test_silo_uploads_its_clipped_update_and_canary_clients_add_c_u(clipping) -> None:
     """``[clip(delta, C), (b - 1/2), q]``; each hosted canary client adds C u_c and, with adaptive clipping, one
@@ -231,18 +203,6 @@ def test_silo_uploads_its_clipped_update_and_canary_clients_add_c_u(clipping) ->
     assert without.events == with_canaries.events == (ClientLevelGaussianEvent(round_index=4, sampling_rate=1.0, noise_multiplier=1.0),)
 
 
-def test_client_level_audit_bound_is_positive_and_below_the_claim(ray_local) -> None:
-    """The shipped audit at a smaller size (three silos, 300 canaries, logistic regression)."""
-    report = audit(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml",
-                   overrides=["model.name=logistic_regression", "audit.canaries=300", "data.silos=3"])
-    assert 0.0 < report.lower_bound < report.claims["claimed_epsilon"]
-    written = report.to_json()
-    assert written["unit"] == "client"
-    scenario = yaml.safe_load((REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml").read_text())
-    rounds, z = scenario["federation"]["rounds"], scenario["mechanism"]["noise_multiplier"]
-    assert written["gdp_mu_star"] == pytest.approx(rounds**0.5 / z, rel=1e-6)  # rate 1: exactly sqrt(T) / z
-
-
 def test_audit_refuses_client_sampling(tmp_path) -> None:
     from simulator.errors import ScenarioError
     from simulator.scenario import load_scenario_file, validate_scenario
@@ -262,7 +222,7 @@ def test_audit_refuses_client_sampling(tmp_path) -> None:
 def test_a_client_rate_that_rounds_to_zero_on_its_way_to_the_divisor_is_refused(rate, protocol, refused) -> None:
     from simulator.errors import ScenarioError
     from simulator.scenario import validate_scenario
-    from tests.conftest import small_scenario
+    from tests.support.scenarios import small_scenario
 
     raw = small_scenario(mechanism={"name": "dp_fedavg"}, protocol=protocol)
     raw["federation"] = {**raw["federation"], "client_rate": rate}

@@ -17,7 +17,7 @@ from simulator.cli import main
 from simulator.errors import ScenarioError
 from simulator.reports import privacy_line
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario, tiny_silo_context
+from tests.support.scenarios import small_scenario, tiny_silo_context
 
 
 def _brute_force(plans: dict[int, LocalDpPlan], participations: list[tuple[int, ...]]) -> dict[int, float]:

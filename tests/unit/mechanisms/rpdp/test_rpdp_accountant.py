@@ -10,7 +10,7 @@ from opacus.accountants.analysis.rdp import _compute_rdp
 
 from mechanisms.accounting import DEFAULT_ORDERS
 from mechanisms.rpdp import Adversary, Conversion, epsilon, rdp_curve, step_rdp
-from tests.rpdp_reference import lemma6_epsilon
+from tests.support.rpdp_reference import lemma6_epsilon
 
 INTEGER_ORDERS = tuple(order for order in DEFAULT_ORDERS if float(order).is_integer())
 RATES = np.array([0.01, 0.03, 0.1, 0.25, 0.5, 0.77, 0.9, 0.99, 1.0])

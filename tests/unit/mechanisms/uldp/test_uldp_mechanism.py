@@ -19,7 +19,7 @@ from simulator.data.users import allocate_users
 from simulator.errors import ScenarioError
 from simulator.models import build_model
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 NUM_SILOS, NUM_USERS, NUM_RECORDS, FEATURES = 3, 12, 90, 6
 

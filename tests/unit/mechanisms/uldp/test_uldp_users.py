@@ -10,7 +10,7 @@ from simulator.data.users import SILOS_EXPONENT, allocate_users, users_generator
 from simulator.engine import Federation
 from simulator.errors import DataUnavailableError, ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 
 def _allocate(seed: int = 0, **kwargs):

@@ -1,6 +1,6 @@
 """Dirac canaries (``audit.canary_direction: dirac | quiet``): a coordinate of the model per canary. Their exact
 effect inside DP-SGD, their scores, the choice of quiet coordinates, bad input, and the bounds' soundness on a
-Gaussian mechanism whose quiet coordinates were chosen from the data (tests/test_audit_bounds.py's style)."""
+Gaussian mechanism whose quiet coordinates were chosen from the data (tests/unit/simulator/audit/test_audit_bounds.py's style)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +16,8 @@ from simulator.cli import main
 from simulator.data.sources import scenario_dataset
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
-from tests.test_audit_bounds import CONFIDENCE, REPEATS, SEED, _assert_sound, _gaussian_epsilon
+from tests.support.scenarios import small_scenario
+from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, SEED, _assert_sound, _gaussian_epsilon
 
 
 def _dirac_scenario(direction: str, canaries: int = 200) -> dict:

@@ -12,8 +12,8 @@ from simulator.audit.canaries import CanaryPlan
 from simulator.audit.scores import UploadLikelihoods, round_log_likelihood_ratio
 from simulator.cli import main
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
-from tests.test_audit_bounds import CONFIDENCE, REPEATS, _assert_sound
+from tests.support.scenarios import small_scenario
+from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, _assert_sound
 
 SEED = 20261127
 CANARIES = 1000
@@ -122,7 +122,7 @@ def test_upload_likelihoods_normalise_each_round_to_draws_of_the_canary():
     ({"score": "ratio", "view": "uploads"}, {"name": "dp_sgd", "sampling_rate": 0.5}, "likelihood"),
 ])
 def test_bad_score_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, reason):
-    from tests.test_audit import _scenario_file
+    from tests.integration.test_audit import _scenario_file
 
     code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -17,7 +17,7 @@ from mechanisms.pld import composed_pld, gaussian_epsilon, pld_epsilon
 from simulator.audit.bounds import fdp_one_run_audit, one_run_audit
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 DELTA = 1e-5
 # (q, sigma, steps): the shipped digits audit (3 rounds x 5 steps at q 0.5), the likelihood docs' example, the MNIST

@@ -14,7 +14,7 @@ from simulator.data.silos import run_seeds, silo_records
 from simulator.data.sources import scenario_dataset
 from simulator.scenario import validate_scenario
 from simulator.silo import Silo, SiloSpec
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 ULDP = {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5}
 MECHANISMS = [

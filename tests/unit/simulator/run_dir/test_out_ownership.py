@@ -14,7 +14,8 @@ from simulator.engine import run
 from simulator.errors import ScenarioError
 from simulator.output_dirs import MARKER_FILE, claim, kind_of, write_marker
 from simulator.reports import atomic_directory
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 QUICKSTART = str(REPO / "scenarios" / "quickstart.yaml")
 USER_FILES = {"my_secagg.yaml": "protocol: {secure_aggregation: true}\n", "mymodel.py": "import torch\n",

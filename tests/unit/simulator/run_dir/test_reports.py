@@ -7,7 +7,7 @@ from simulator.engine import RoundRecord, RunResult
 from simulator.messages import RoundReport
 from simulator.reports import atomic_directory, metrics_figure, privacy_line, write_run
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 
 def test_atomic_directory_replaces_only_on_success(tmp_path):

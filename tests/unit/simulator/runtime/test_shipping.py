@@ -1,6 +1,6 @@
 """Which of a user's code a cluster run ships with its Ray job (``ray.ship_code``; simulator.shipping): the module
 file or top-level package of the model and dataset, per mode; never privsilo's own, a built-in, or a script's
-``__main__``. The upload itself and leased workers importing it are in tests/test_cluster_runs.py."""
+``__main__``. The upload itself and leased workers importing it are in tests/system/test_cluster_runs.py."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +10,7 @@ import pytest
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
 from simulator.shipping import code_to_ship
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 MODEL = '''
 import torch

@@ -12,7 +12,8 @@ from simulator.cli import main
 from simulator.errors import ScenarioError
 from simulator.experiments.sweep import load_grid
 from simulator.scenario import validate_scenario
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 USERS = {"count": 30, "records": "zipf", "silos": "zipf"}
 

@@ -12,7 +12,7 @@ import privsilo
 from simulator.cli import main
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
-from tests.conftest import small_scenario
+from tests.support.scenarios import small_scenario
 
 CLASS_NAMES = ("Config", "ServerOptimizer", "Scenario", "instance of")
 
@@ -104,19 +104,6 @@ def test_a_model_with_nan_outputs_is_told_so_not_that_it_is_random():
         privsilo.run(small_scenario(), model=_NanModel, dataset=_tabular)
     assert "NaN" in info.value.allowed and "dropout" not in info.value.allowed, info.value.allowed
 
-
-
-def _tabular_mlp(*, feature_shape, num_classes):
-    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(feature_shape)), num_classes))
-
-
-def test_privsilo_run_takes_log_as_the_command_line_does(ray_local, tmp_path):
-    scenario = small_scenario(federation={"rounds": 2, "client_rate": 1.0, "local_steps": 2, "batch_size": 8, "lr": 0.1})
-    result = privsilo.run(scenario, model=_tabular_mlp, dataset=_tabular, out_dir=tmp_path / "out", log=["tensorboard"])
-    assert len(result.rounds) == 2
-    assert list((tmp_path / "out" / "tensorboard").iterdir()), "no TensorBoard events written"
-    with pytest.raises(ScenarioError, match="allowed: tensorboard"):
-        privsilo.run(scenario, model=_tabular_mlp, dataset=_tabular, log=["wandb"])
 
 
 def test_list_shows_server_optimizers_and_the_audit_and_faults_blocks(capsys):

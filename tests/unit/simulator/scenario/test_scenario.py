@@ -1,8 +1,6 @@
 """Scenario validation and the CLI's handling of bad input (exit code 2, one line, nothing written)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -10,7 +8,8 @@ import yaml
 from simulator.cli import main
 from simulator.errors import ScenarioError
 from simulator.scenario import apply_overrides, validate_scenario
-from tests.conftest import REPO, small_scenario
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario
 
 
 def test_defaults_fill_a_minimal_scenario():
@@ -101,24 +100,6 @@ def test_a_number_yaml_reads_as_text_is_named_with_what_to_write(setting, hint):
     with pytest.raises(ScenarioError) as info:
         validate_scenario(apply_overrides(small_scenario(), ["federation.rounds=ten"]))
     assert "YAML read" not in str(info.value)
-
-
-def test_cli_bad_input_exits_2_with_one_line_and_keeps_previous_output(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "metrics.csv").write_text("earlier good run\n")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(small_scenario(federation={"client_rate": -0.5})))
-    proc = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "run", str(bad), "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "federation.client_rate" in lines[0] and "-0.5" in lines[0]
-    assert "Traceback" not in proc.stderr
-    assert (out / "metrics.csv").read_text() == "earlier good run\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "out"]
 
 
 @pytest.mark.parametrize(

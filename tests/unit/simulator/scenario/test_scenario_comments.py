@@ -14,7 +14,7 @@ from mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
 from mechanisms.registry import mechanism_class
 from mechanisms.uldp import epsilon as uldp_epsilon
 from simulator.scenario import load_scenario_file
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.rglob("*.yaml"))

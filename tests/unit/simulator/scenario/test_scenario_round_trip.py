@@ -9,7 +9,7 @@ import pytest
 from simulator.errors import ScenarioError
 from simulator.experiments.sweep import load_grid
 from simulator.scenario import resolve_scenario, validate_scenario, with_attack_block, with_changes
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
 FILES = sorted(str(p.relative_to(SCENARIOS)) for p in SCENARIOS.rglob("*.yaml") if not p.name.endswith("_grid.yaml"))

@@ -1,0 +1,39 @@
+"""Small scenarios and silo contexts the tests build on."""
+from __future__ import annotations
+
+
+def small_scenario(**blocks) -> dict:
+    """A fast digits scenario; keyword blocks replace the defaults."""
+    scenario = {
+        "name": "test",
+        "seed": 0,
+        "data": {"dataset": "digits", "partition": "iid", "silos": 3},
+        "model": {"name": "logistic_regression"},
+        "federation": {"rounds": 3, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},
+        "mechanism": {"name": "none"},
+        "protocol": {"secure_aggregation": False},
+        # the quickstart's and shipped scenarios' actor shape: runs one after another reuse the session's idle actors
+        "resources": {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
+    }
+    scenario.update(blocks)
+    return scenario
+
+
+def tiny_silo_context(silo_id: int = 1, canaries=None):
+    """A silo context without Ray: 40 random 8x8 records, a logistic regression, a seeded generator; ``canaries``
+    as an audit would give them (see mechanisms.canaries)."""
+    import numpy as np
+    import torch
+
+    from mechanisms.base import LocalTraining, SiloContext
+    from simulator.models import build_model
+
+    rng = np.random.default_rng(0)
+    features = torch.tensor(rng.normal(size=(40, 1, 8, 8)), dtype=torch.float32)
+    labels = torch.tensor(rng.integers(0, 10, size=40))
+    torch.manual_seed(0)
+    model = build_model("logistic_regression", feature_shape=(1, 8, 8), num_classes=10)
+    training = LocalTraining(local_steps=3, batch_size=8, lr=0.1, rounds=2, client_rate=1.0)
+    return SiloContext(silo_id=silo_id, record_ids=np.arange(40), features=features, labels=labels, model=model,
+                       training=training, generator=torch.Generator().manual_seed(9), device=torch.device("cpu"),
+                       canaries=canaries)
