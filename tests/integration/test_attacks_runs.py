@@ -1,7 +1,9 @@
-"""DLG through Ray on a d-privacy upload (the attack itself, without Ray: tests/unit/simulator/attacks/test_attacks.py)."""
+"""DLG through Ray on a d-privacy upload (the attack itself, without Ray:
+tests/unit/simulator/attacks/test_attacks.py)."""
 from __future__ import annotations
 
 import pytest
+
 from simulator.attacks.runner import attack
 from tests.unit.simulator.attacks.test_attacks import dprivacy_scenario
 

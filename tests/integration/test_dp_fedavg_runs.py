@@ -1,11 +1,14 @@
-"""DP-FedAvg through Ray: the run's reported epsilon is the accountant's, and a client-level audit stays below the claim (the unit side: tests/unit/mechanisms/dp_fedavg/test_dp_fedavg.py)."""
+"""DP-FedAvg through Ray: the run's reported epsilon is the accountant's, and a client-level audit stays below the
+claim (the unit side: tests/unit/mechanisms/dp_fedavg/test_dp_fedavg.py)."""
 from __future__ import annotations
 
 import csv
 import json
+
 import numpy as np
 import pytest
 import yaml
+
 from simulator.audit.runner import audit
 from simulator.engine import run
 from tests.support.paths import REPO

@@ -1,9 +1,11 @@
-"""privsilo.run takes log as the command line does (the messages themselves, without Ray: tests/unit/simulator/scenario/test_messages.py)."""
+"""privsilo.run takes log as the command line does (the messages themselves, without Ray:
+tests/unit/simulator/scenario/test_messages.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from torch import nn
+
 import privsilo
 from simulator.errors import ScenarioError
 from tests.support.scenarios import small_scenario

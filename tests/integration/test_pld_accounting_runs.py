@@ -1,7 +1,9 @@
-"""A DP-SGD run through Ray reports the PLD epsilon beside the RDP one (the accountant itself: tests/unit/mechanisms/test_pld_accounting.py)."""
+"""A DP-SGD run through Ray reports the PLD epsilon beside the RDP one (the accountant itself:
+tests/unit/mechanisms/test_pld_accounting.py)."""
 from __future__ import annotations
 
 import json
+
 from tests.support.scenarios import small_scenario
 
 

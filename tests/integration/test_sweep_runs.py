@@ -1,11 +1,14 @@
-"""Sweeps run through Ray: tables, plots and seeds, and resuming from the journal (grids and their checks without Ray: tests/unit/simulator/experiments/test_sweep.py)."""
+"""Sweeps run through Ray: tables, plots and seeds, and resuming from the journal (grids and their checks without
+Ray: tests/unit/simulator/experiments/test_sweep.py)."""
 from __future__ import annotations
 
 import contextlib
 import csv
 import io
 from pathlib import Path
+
 import pytest
+
 from simulator.engine import run
 from simulator.experiments.sweep import load_grid, sweep
 from tests.unit.simulator.experiments.test_sweep import _write_grid

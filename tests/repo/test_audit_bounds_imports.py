@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 from tests.support.paths import REPO
 
 

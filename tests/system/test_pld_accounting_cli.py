@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 import pytest
 import yaml
+
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 

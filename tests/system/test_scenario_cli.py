@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 import yaml
+
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
