@@ -12,7 +12,7 @@ ordinary forward/backward pass of the summed loss (records are independent, so `
   (``out x in x k x k``) and is formed explicitly, by one einsum over strided views of the padded input.
 
 The result equals :func:`mechanisms.per_sample.clip_and_sum` of :func:`~mechanisms.per_sample.per_sample_gradients`
-up to floating-point rounding (checked in ``tests/test_per_sample.py``). Models with any other parameterised
+up to floating-point rounding (checked in ``tests/unit/mechanisms/test_per_sample.py``). Models with any other parameterised
 layer (or shared parameters) fall back to that exact torch.func path.
 """
 from __future__ import annotations

@@ -14,7 +14,7 @@ The figure is an **upper bound** by construction (numerically, see below): ``pes
 here) rounds every loss up to the grid, and the mass it truncates from the distribution's tails (below
 ``exp(-50)`` when it is built, ``1e-15`` when it is self-composed) is counted as infinite loss, that is added to
 delta. Unlike RDP's conversion (Balle et al. 2020, Thm. 21) it loses nothing beyond that discretisation, so it
-is the smaller of the two; ``tests/test_pld_accounting.py`` checks that on a grid of settings and compares it
+is the smaller of the two; ``tests/unit/mechanisms/test_pld_accounting.py`` checks that on a grid of settings and compares it
 with Opacus' PRV accountant (Gopi, Lee and Wutschitz, NeurIPS 2021), an independent numerical accountant.
 
 **Exact where it is known, and never below it.** With rate ``q = 1`` in every entry the composition is one
@@ -29,7 +29,7 @@ against delta). For ``q < 1`` the grid stays, five times finer below
 Below :data:`SMALLEST_DELTA` that margin no longer holds (float64 FFT composition moved 1,000 steps at q 0.1, sigma
 0.8 to 60.420 at delta 1e-12, where the true figure is at least 60.4396), so a subsampled schedule is refused
 there (:func:`check_pld_delta`; RDP is the alternative). At and above it this is checked, not proved:
-``tests/test_pld_accounting.py`` compares it at delta 1e-8 and 1e-10 with dp_accounting's pessimistic estimate on
+``tests/unit/mechanisms/test_pld_accounting.py`` compares it at delta 1e-8 and 1e-10 with dp_accounting's pessimistic estimate on
 a grid of 1e-5, and the grid itself with the exact q = 1 values.
 
 The neighbouring relation is add/remove one unit (a record for ``dp_sgd``, a user for ``uldp``): dp_accounting

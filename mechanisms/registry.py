@@ -3,7 +3,7 @@
 Classes are imported when first asked for, so that ``privsilo list`` imports no mechanism and ``privsilo
 validate`` only the scenario's. ``validate`` needs the mechanism's ``Params`` class and must not pay for torch,
 Opacus or Ray either: a mechanism module imports those inside the methods and functions that train or account,
-never at its top (``tests/test_cli.py`` checks both).
+never at its top (``tests/system/test_cli.py`` checks both).
 """
 from __future__ import annotations
 

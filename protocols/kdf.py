@@ -1,6 +1,6 @@
 """HKDF-SHA256 (Krawczyk and Eronen, RFC 5869) for one 32-byte output block without salt, on ``hashlib``.
 
-The same bytes as ``cryptography``'s ``HKDF(SHA256(), length=32, salt=None, info)`` (``tests/test_kdf.py``
+The same bytes as ``cryptography``'s ``HKDF(SHA256(), length=32, salt=None, info)`` (``tests/unit/protocols/test_kdf.py``
 compares them), at a fraction of its per-call cost: a round of secure aggregation among 1,000 silos derives
 about 62,000 keys. With no salt, HKDF-Extract's HMAC key is 32 zero bytes, so its padded inner and outer keys are
 constants and their SHA-256 states are computed once; HMAC's key padding is a byte translation.

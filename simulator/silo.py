@@ -3,7 +3,7 @@
 A silo is not a process: a Ray worker actor (:class:`simulator.actors.SiloWorker`) hosts one or more of them and
 calls them one after another. A silo holds references only to what it was given (its own slice of the records,
 its own model, generator and protocol object) and to nothing of the worker or of the other silos it shares the
-worker with; ``tests/test_packing.py`` walks the object graph to check that.
+worker with; ``tests/system/test_packing.py`` walks the object graph to check that.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ Bell et al.'s theorems):
     graph seed, and the commitment list fixes that seed before any key is seen). So the honest silos outside
     ``A`` that ``A`` borders are all missing from ``U'`` or corrupt: cutting ``A`` from the other honest uploaders
     takes two windows of ``L`` ring positions filled by corrupt silos and at most ``d`` silos the server places,
-    the disconnection event below. ``tests/test_secagg_adversary.py`` searches the server's moves on small
+    the disconnection event below. ``tests/unit/protocols/test_secagg_adversary.py`` searches the server's moves on small
     graphs and finds no win outside these two events::
 
       P_sec <= n * P[Hyp(N - 1, C, K) >= e] + P_disconnected,      e = t, or 2t - s for may_lie.
