@@ -26,6 +26,7 @@ from tests.support.paths import HEART_DISEASE_DIR  # noqa: E402
 
 TIERS = ("unit", "integration", "system", "repo")
 RAY_GROUP = "ray_session"  # the xdist group of the tests on the shared Ray session
+RAY_START_ATTEMPTS = 3
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -64,7 +65,14 @@ def ray_local():
     """A local Ray session shared by every test that runs actors; stopped at the end of the session."""
     import ray
 
-    ray.init(address="local", num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+    for attempt in range(RAY_START_ATTEMPTS):
+        try:
+            ray.init(address="local", num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+            break
+        except Exception:  # Ray waits a fixed 30 s for its raylet to register, which a loaded machine can miss
+            ray.shutdown()
+            if attempt == RAY_START_ATTEMPTS - 1:
+                raise
     yield ray
     ray.shutdown()
 
