@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from mechanisms.base import FederationShape, MechanismParams
-from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+from mechanisms.base import WEIGHTED_DELTA, FederationShape, Mechanism, MechanismParams
+from mechanisms.registry import mechanism_class, mechanism_classes, mechanism_names
 from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
 from simulator.errors import MISSING, ScenarioError, ScenarioFileError
 
@@ -366,6 +366,15 @@ class MechanismConfig(_Block):
     """`none` (FedAvg, no protection), `dp_sgd`, `rpdp`, `uldp`, `pldp` or `dprivacy`; the further keys of `mechanism` are the mechanism's parameters (tables below)."""
     params: SerializeAsAny[MechanismParams] = Field(default_factory=MechanismParams)
 
+    @property
+    def plugin(self) -> type[Mechanism]:
+        """The mechanism's class, registered under ``name`` (``mechanisms.registry``): its traits."""
+        return mechanism_class(self.name)
+
+    def build(self) -> Mechanism:
+        """The mechanism with this block's parameters."""
+        return self.plugin(self.params)
+
 
 class Scenario(_Block):
     """A validated scenario. ``to_dict()`` gives the resolved YAML form written to ``summary.json``."""
@@ -615,8 +624,8 @@ def _validate_mechanism(raw: Any) -> MechanismConfig:
         raise ScenarioError("mechanism", raw, "must be a mechanism's name or a mapping with at least a 'name' key")
     params = dict(raw)
     name = params.pop("name", "none")
-    if name not in MECHANISM_NAMES:
-        raise ScenarioError("mechanism.name", name, f"allowed: {', '.join(MECHANISM_NAMES)}")
+    if name not in mechanism_names():
+        raise ScenarioError("mechanism.name", name, f"allowed: {', '.join(mechanism_names())}")
     params_class = mechanism_class(name).Params
     try:
         validated = params_class.model_validate(params)
@@ -653,7 +662,7 @@ def _check_consistency(scenario: Scenario) -> None:
     if data.users is not None and info.train_records is not None and data.users.count > info.train_records:
         raise ScenarioError("data.users.count", data.users.count, f"must not exceed the {info.train_records} training records of '{data.dataset}'")
     _check_task(scenario, kind=info.kind)
-    mechanism = mechanism_class(scenario.mechanism.name)
+    mechanism = scenario.mechanism.plugin
     if mechanism.needs_users and data.users is None:
         raise ScenarioError("data.users", None, f"mechanism '{mechanism.name}' needs record owners: set data.users.count")
     if mechanism.needs_every_silo and scenario.federation.client_rate != 1.0:
@@ -676,9 +685,7 @@ def _check_consistency(scenario: Scenario) -> None:
     if scenario.attack is not None:
         _check_attack(scenario, info)
     if scenario.audit is not None:
-        from simulator.audit.config import check_audit
-
-        check_audit(scenario, train_records=info.train_records)
+        _check_audit(scenario, train_records=info.train_records)
     for role in ("server", "silo"):
         gpus = getattr(scenario.resources, role).num_gpus
         if gpus > 1 and gpus != int(gpus):
@@ -787,9 +794,9 @@ def _check_task(scenario: Scenario, *, kind: str) -> None:
         raise ScenarioError("model.name", model, f"dataset '{data.dataset}' has real-valued targets; use linear_regression")
     if kind != "regression" and model == "linear_regression":
         raise ScenarioError("model.name", model, f"linear_regression is for regression datasets (synthetic_linear), not '{data.dataset}'")
-    mechanism = mechanism_class(scenario.mechanism.name)
+    mechanism = scenario.mechanism.plugin
     if kind == "regression" and not mechanism.supports_regression:
-        fitting = [name for name in MECHANISM_NAMES if mechanism_class(name).supports_regression]
+        fitting = [name for name in mechanism_names() if mechanism_class(name).supports_regression]
         raise ScenarioError("mechanism.name", mechanism.name, f"dataset '{data.dataset}' is a regression task; mechanisms for it: {', '.join(fitting)}")
     angles = data.rotations
     if angles is None:
@@ -870,18 +877,18 @@ def _check_faults(scenario: Scenario) -> None:
 
 def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     """The ``attack`` block against the rest of the scenario (what is known before any data is partitioned)."""
-    from simulator.attacks.config import ATTACKABLE_MECHANISMS, EPOCH_MECHANISMS
     from simulator.data import DATASETS
 
     attack, name = scenario.attack, scenario.mechanism.name
     if info.pixel_scale is None:
         images = ", ".join(sorted(n for n, d in DATASETS.items() if d.pixel_scale is not None))
         raise ScenarioError("data.dataset", scenario.data.dataset, f"attacks reconstruct images; use one of {images}")
-    if name not in ATTACKABLE_MECHANISMS:
+    if scenario.mechanism.plugin.upload_form is None:
+        attackable = ", ".join(mechanism.name for mechanism in mechanism_classes() if mechanism.upload_form is not None)
         raise ScenarioError(
             "mechanism.name", name,
             f"the attack reads a silo's upload as the model change of its local SGD steps ([weight x delta, weight], or "
-            f"the trained parameters); '{name}' uploads something else; attackable: {', '.join(ATTACKABLE_MECHANISMS)}",
+            f"the trained parameters); '{name}' uploads something else; attackable: {attackable}",
         )
     for silo in attack.targets:
         if silo >= scenario.data.silos:
@@ -894,7 +901,7 @@ def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     cap = scenario.data.max_records_per_silo
     if cap is not None and batch > cap:
         raise ScenarioError("attack.batch_size", batch, f"larger than the silos' records (data.max_records_per_silo = {cap})")
-    epochs = scenario.mechanism.params.local_epochs if name in EPOCH_MECHANISMS else None
+    epochs = attacked_epochs(scenario)
     if epochs is not None and (cap is None or cap > batch):
         raise ScenarioError(
             "mechanism.local_epochs", epochs,
@@ -902,6 +909,110 @@ def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
             f"the silo holds one batch: set data.max_records_per_silo = {batch} (the batch size), or remove "
             "mechanism.local_epochs (federation.local_steps steps of independent batches)",
         )
+
+
+def attacked_epochs(scenario: Scenario) -> int | None:
+    """``mechanism.local_epochs`` where the mechanism trains epochs (an attack replays them), else None."""
+    return scenario.mechanism.params.local_epochs if scenario.mechanism.plugin.trains_local_epochs else None
+
+
+MAX_CANARY_CLIENTS_PER_SILO = 1000
+
+
+def audit_unit(scenario: Scenario) -> str:
+    """The unit of a scenario's audit: ``audit.unit``, else the one its mechanism protects (clients for ``none``)."""
+    audit = scenario.audit
+    if audit is not None and audit.unit is not None:
+        return audit.unit
+    return scenario.mechanism.plugin.privacy_unit or "client"
+
+
+def _check_audit(scenario: Scenario, *, train_records: int | None) -> None:
+    """Refuse an audit the mechanism cannot host (its traits) or the federation cannot hold."""
+    audit, name, mechanism = scenario.audit, scenario.mechanism.name, scenario.mechanism.plugin
+    unit = audit_unit(scenario)
+    units = mechanism.audit_units
+    if not units:
+        auditable = ", ".join(other.name for other in mechanism_classes() if other.audit_units)
+        raise ScenarioError("mechanism.name", name, f"audits run with {auditable}")
+    if unit not in units:
+        protected = mechanism.privacy_unit or "nothing"
+        raise ScenarioError("audit.unit", unit, f"'{name}' protects {protected}; audit unit allowed: {', '.join(units)}")
+    if audit.kind == "input" and (not mechanism.input_canaries or unit != "record"):
+        hosts = ", ".join(other.name for other in mechanism_classes() if other.input_canaries)
+        raise ScenarioError("audit.kind", "input", f"input canaries are records of {hosts}; use gradient")
+    if audit.kind == "input" and scenario.mechanism.params.sampling_rate is None:
+        raise ScenarioError("mechanism.sampling_rate", None, "input canaries join the silos' records: set a fixed rate, "
+                            "else q = batch_size / records would change with the canaries included")
+    if audit.kind == "input" and audit.canary_direction != "gaussian":
+        raise ScenarioError("audit.canary_direction", audit.canary_direction, "input canaries are records, not directions: "
+                            "use gaussian, or kind gradient")
+    if audit.view == "uploads" and (reason := uploads_view_refusal(scenario)):
+        raise ScenarioError("audit.view", "uploads", reason)
+    if audit.score == "likelihood" and (reason := likelihood_score_refusal(scenario)):
+        raise ScenarioError("audit.score", "likelihood", reason)
+    if refusal := scenario.mechanism.params.audit_refusal(client_rate=scenario.federation.client_rate):
+        raise ScenarioError(*refusal)
+    capacity = _canary_capacity(scenario, unit, train_records=train_records)
+    if capacity is not None and audit.canaries > capacity:
+        raise ScenarioError("audit.canaries", audit.canaries, f"at most {capacity} ({_canary_capacity_reason(unit)})")
+
+
+def uploads_view_refusal(scenario: Scenario) -> str | None:
+    """Why the server cannot score the canaries against their host silos' uploads (None where it can): it reads
+    FedAvg uploads ``[weight x delta, weight]`` with the canaries inside."""
+    if scenario.protocol.secure_aggregation:
+        return "under protocol.secure_aggregation the server sees only the sum of the uploads: use final_model or auto"
+    if scenario.mechanism.plugin.upload_form != WEIGHTED_DELTA:
+        readable = ", ".join(mechanism.name for mechanism in mechanism_classes() if mechanism.upload_form == WEIGHTED_DELTA)
+        return f"the uploads view reads FedAvg uploads of {readable}: use final_model or auto"
+    if scenario.audit.kind != "gradient":
+        return "input canaries are scored by the final model's loss: use final_model or auto"
+    return None
+
+
+def likelihood_score_refusal(scenario: Scenario) -> str | None:
+    """Why a scenario's canaries cannot be scored with the subsampled Gaussian's per-round likelihood ratio
+    (``simulator.audit.scores``; None where they can)."""
+    if audit_view(scenario) != "uploads":
+        return "the likelihood score reads each round's uploads: use audit.view uploads (or auto without secure aggregation), or score sum"
+    if not scenario.mechanism.plugin.likelihood_scores:
+        models = ", ".join(mechanism.name for mechanism in mechanism_classes() if mechanism.likelihood_scores)
+        return f"the likelihood score models {models}'s canary records: use score sum"
+    if scenario.mechanism.params.noise_multiplier == 0.0:
+        return "the likelihood score weighs rounds by the mechanism's noise, and noise_multiplier is 0: use score sum"
+    return None
+
+
+def audit_view(scenario: Scenario) -> str:
+    """The view an audit scores: ``audit.view``, with ``auto`` the uploads where the threat model lets the server
+    see them, else the final model."""
+    view = scenario.audit.view
+    if view == "auto":
+        return "final_model" if uploads_view_refusal(scenario) else "uploads"
+    return view
+
+
+def _canary_capacity(scenario: Scenario, unit: str, *, train_records: int | None) -> int | None:
+    if unit == "client":
+        return MAX_CANARY_CLIENTS_PER_SILO * scenario.data.silos
+    if unit == "user":
+        return None if scenario.data.users is None else scenario.data.users.count
+    if scenario.audit.kind == "gradient":  # a gradient canary is a direction inside the mechanism, not a record
+        return None
+    limits = [train_records]
+    if scenario.data.max_records_per_silo is not None:
+        limits.append(scenario.data.max_records_per_silo * scenario.data.silos)
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
+
+def _canary_capacity_reason(unit: str) -> str:
+    return {
+        "client": f"{MAX_CANARY_CLIENTS_PER_SILO} canary clients per silo",
+        "user": "one canary per user of data.users.count",
+        "record": "one input canary per training record the silos hold",
+    }[unit]
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:
