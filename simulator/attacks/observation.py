@@ -5,7 +5,7 @@ knows what it broadcast and the public settings of the federation. :class:`Obser
 records the silo actually trained on (the ground truth of an attack report) live elsewhere
 (:class:`simulator.attacks.runner.GroundTruth`) and never enter an observation.
 
-The upload is read by its mechanism's form (``Mechanism.upload_form``, :mod:`mechanisms.base`) into a
+The upload is read by its mechanism's form (``Mechanism.upload_form``, `mechanisms.base`) into a
 :class:`ModelChange`: which broadcast hypothesis the silo trained and the model change ``delta``. FedAvg's
 ``[weight x delta, weight]`` (McMahan et al. 2017) has one hypothesis and gives ``delta`` after division by the
 weight; d-privacy's parameters ``theta_j + delta' + noise`` (Galli et al., ICISSP 2023) do not say j, so the
