@@ -33,7 +33,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` parsed as YAML with PyYAML's safe loader, a repeated key refused (:class:`DuplicateKeyError`)."""
+    """``text`` parsed as YAML with PyYAML's safe loader, a repeated key refused (`DuplicateKeyError`)."""
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
 
 

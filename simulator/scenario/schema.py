@@ -391,7 +391,7 @@ class Scenario(_Block):
 
     def to_dict(self, *, every_key: bool = False) -> dict[str, Any]:
         """The resolved form (``summary.json``'s ``config``): every setting's value, except, at their defaults,
-        the keys added later (:data:`LATER_KEYS`) and the mechanism's settings that do nothing here (its
+        the keys added later (`LATER_KEYS`) and the mechanism's settings that do nothing here (its
         ``inert_settings``); ``every_key``: none left out. Validated again, it gives this scenario back."""
         raw = self.model_dump(mode="json")
         params, written = self.mechanism.params, raw["mechanism"]["params"]
