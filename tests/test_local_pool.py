@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -436,25 +437,43 @@ def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_li
 
 @pytest.mark.timeout(1800)
 def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(state_dir, tmp_path):
+    """Two runs started at the same moment while a third runs, no two of which fit the pool at once: they take
+    turns at starting actors (all or nothing) instead of each holding part of what the other needs, the one that
+    waits says for whom, and all three finish."""
     started_pool("--idle-timeout", "600", "--num-cpus", "2")
-    runs = {}
-    for name, cpus, rounds in (("a", 0.6, 15), ("b", 0.5, 3), ("c", 0.4, 3)):  # no two of them fit the pool at once
+    commands, runs, drivers = {}, {}, set()
+    for name, cpus, rounds in (("a", 0.6, 40), ("b", 0.5, 30), ("c", 0.4, 30)):  # no two of them fit the pool at once
         scenario = tmp_path / f"{name}.yaml"
         scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 1.0}, "silo": {
             "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
                                                            "batch_size": 32, "lr": 0.1})))
-        runs[name] = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
-                                       "--out", str(tmp_path / name)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=REPO)
-        if name != "c":  # b starts while a runs (and waits for it), c once b has its actors (and waits for b);
-            # two runs that both wait at once can each hold part of what the other needs (docs/ray.md)
-            deadline = time.monotonic() + (GONE_WITHIN_S if name == "a" else 900)
-            while not any((tmp_path / name / done).exists() for done in ("checkpoint.pkl", "summary.json")):
-                assert time.monotonic() < deadline and runs[name].poll() is None, f"run {name} did not start its rounds"
-                time.sleep(0.2)
-    outputs = {name: run.communicate(timeout=1200) for name, run in runs.items()}
+        commands[name] = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out", str(tmp_path / name)]
+    drivers.add(ready_driver())  # it serves a, the first command
+    runs["a"] = subprocess.Popen(commands["a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (tmp_path / "a" / "checkpoint.pkl").exists():
+        assert time.monotonic() < deadline and runs["a"].poll() is None, "run a did not start its rounds"
+        time.sleep(0.2)
+    if (state := local_pool.read_state()).driver is not None:  # the next ready driver, if it listens, serves b or c
+        drivers.add(state.driver[0])
+    for name in ("b", "c"):  # at the same moment, while a runs
+        runs[name] = subprocess.Popen(commands[name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline, outputs = time.monotonic() + 900, {}  # a deadlock fails the test, not the CI run's time limit
+    try:
+        for name, run in runs.items():
+            outputs[name] = run.communicate(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        for run in runs.values():
+            run.kill()
+        pytest.fail(f"runs {sorted(set(runs) - set(outputs))} did not finish within 900 s: "
+                    f"{[run.communicate()[1][-2000:] for run in runs.values()]}")
     for name, run in runs.items():
         assert run.returncode == 0, outputs[name][0][-2000:] + outputs[name][1][-3000:]
         assert (tmp_path / name / "summary.json").exists()
-    waited = [line for _, err in outputs.values() for line in err.splitlines() if line.startswith("privsilo: waiting")]
-    assert all(" held by the run of pid " in line for line in waited), outputs  # a wait, where one happens, names its holder
+    holders = {run.pid for run in runs.values()} | drivers  # a command runs in its caller's process or a ready driver
+    waited = [line for name in ("b", "c") for line in outputs[name][1].splitlines() if line.startswith("privsilo: waiting")]
+    print("\n".join(waited))
+    assert waited, outputs  # one of them waited for the other (or for a)
+    for line in waited:
+        named = {int(pid) for pid in re.findall(r"the run of pid (\d+) on ", line)}
+        assert line.startswith("privsilo: waiting for CPUs/GPUs held by the run of pid ") and named <= holders, (line, holders)
