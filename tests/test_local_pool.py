@@ -477,3 +477,70 @@ def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(
     for line in waited:
         named = {int(pid) for pid in re.findall(r"the run of pid (\d+) on ", line)}
         assert line.startswith("privsilo: waiting for CPUs/GPUs held by the run of pid ") and named <= holders, (line, holders)
+
+
+def test_runs_take_turns_at_starting_actors_in_any_order_of_leases_ends_and_deaths(monkeypatch):
+    """The pool's registry (no Ray: its kills and Ray's job table stand in) under random interleavings of six
+    drivers leasing, getting their actors scheduled, giving them back and dying: at most one run at a time holds
+    part of its actors while waiting for the rest, a run told to wait holds nothing, the line is first come first
+    served, and a run that died gives up its turn, its place and its actors."""
+    import random
+
+    from simulator import detached_pool
+
+    class NoThread:  # the registry's expiry thread: the test calls what it would
+        def __init__(self, **_) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+    alive, killed = set(), []
+    monkeypatch.setattr(detached_pool.threading, "Thread", NoThread)
+    monkeypatch.setattr(detached_pool, "running_jobs", lambda: set(alive))
+    monkeypatch.setattr(detached_pool, "_kill", killed.append)
+    rng = random.Random(39)
+    for _ in range(40):
+        registry = detached_pool.PoolRegistry()
+        keys = [detached_pool.PoolKey("SiloWorker", cpus, 0.0, "v") for cpus in (0.4, 0.5, 0.6)]
+        state, asked = {}, {}  # job -> "out" | "queued" | "starting" | "running"; queued job -> when it asked
+        names: dict[str, list[str]] = {}
+        for job in map(str, range(6)):
+            state[job] = "out"
+            alive.add(job)
+        for step in range(200):
+            if not alive:
+                break
+            job = rng.choice(sorted(alive))
+            if state[job] in ("out", "queued"):
+                answer, _ = registry.lease(job, [(rng.choice(keys), rng.randint(1, 3))], holder=f"pid {job}")
+                ahead = [other for other in asked if other != job and other in alive and asked[other] < asked.get(job, step)]
+                if answer is None:  # only while another run starts actors, or one that asked first waits
+                    assert ahead or any(state[other] == "starting" for other in alive if other != job), (job, state)
+                    asked.setdefault(job, step)
+                    state[job] = "queued"
+                else:
+                    assert not ahead and all(state[other] != "starting" for other in alive if other != job), (job, state)
+                    asked.pop(job, None)
+                    names[job] = [name for idle, new in answer for name in idle + new]
+                    state[job] = "starting" if any(new for _, new in answer) else "running"
+            elif state[job] == "starting" and rng.random() < 0.7:
+                registry.wait(job)
+                registry.done(job)  # its actors are scheduled
+                state[job] = "running"
+            elif state[job] == "running" and rng.random() < 0.5:
+                registry.give_back(names.pop(job), idle_timeout=rng.choice([0.0, 600.0]))
+                registry.done(job)
+                state[job] = "out"
+            elif rng.random() < 0.1:  # its driver dies, whatever it was doing
+                alive.discard(job)
+                asked.pop(job, None)
+                registry.status()  # the registry notices (as its thread would within 2 s)
+                assert not any(entry.job == job for entry in registry.status()) and job not in registry._queue
+                state[job] = "dead"
+            holding = {entry.job for entry in registry.status() if entry.job is not None}
+            assert holding == {other for other in alive if state[other] in ("starting", "running")}
+            assert sum(state[other] == "starting" for other in alive) <= 1
+            assert registry._turn in {None} | {other for other in alive if state[other] == "starting"}
+        alive.clear()
+    assert killed  # idle actors not taken were stopped, and so were the actors of runs that died
