@@ -198,7 +198,8 @@ class PoolRegistry:
 
     def _reclaim_ended_jobs(self, *, alive: str | None) -> None:
         """Stop the actors leased by jobs that ended (``alive``: a job known to be running, the caller's)."""
-        holders = ({e.job for e in self._entries.values()} | set(self._waiting) | set(self._queue) | {self._turn}) - {None, alive}
+        holders = {e.job for e in self._entries.values()} | set(self._waiting) | set(self._queue) | {self._turn}
+        holders -= {None, alive}
         if holders:
             ended = holders - running_jobs()
             self._stop([e for e in self._entries.values() if e.job in ended])
@@ -262,12 +263,13 @@ class DetachedPool(WorkerPool):
         wants = [(PoolKey(shape.actor_class.__qualname__, shape.num_cpus, shape.num_gpus, version), counts[shape])
                  for shape in shapes]
         pool, job, said = registry(create=True), ray.get_runtime_context().get_job_id(), ""
+        holder = f"pid {os.getpid()} on {socket.gethostname()}"
         try:
-            while (reply := ray.get(pool.lease.remote(job, wants, f"pid {os.getpid()} on {socket.gethostname()}")))[0] is None:
-                said = say_waiting(reply[1], said)
+            while (answer := ray.get(pool.lease.remote(job, wants, holder)))[0] is None:
+                said = say_waiting(answer[1], said)  # in line: holding nothing, it waits for the runs that hold actors
                 time.sleep(TURN_POLL_S)
             taken: dict[ActorShape, list[Any]] = {}
-            for shape, (idle, new) in zip(shapes, reply[0]):
+            for shape, (idle, new) in zip(shapes, answer[0]):
                 try:
                     handles = [ray.get_actor(name, namespace=NAMESPACE) for name in idle]
                 except ValueError:
