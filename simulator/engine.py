@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 from mechanisms.base import PrivacyAccountant, PrivacyBudgetError, model_to_vector
 from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
-from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
 from simulator.actors import ServerActor, SiloWorker
 from simulator.cluster import ActorDemand, Capacity, ray_session, worker_count
@@ -164,7 +163,7 @@ def _in_background(function: Callable[..., Any], *args: Any) -> Future:
 def _initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
     """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
     single model of every one-hypothesis mechanism)."""
-    count = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).num_hypotheses()
+    count = scenario.mechanism.build().num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         models = [build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]
@@ -490,7 +489,7 @@ def _run(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = No
             _in_background(_reports_module)
         evaluator = personalised_evaluator(scenario, federation.dataset, federation.parts)
         if checkpoint is None:
-            accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+            accountant = scenario.mechanism.build().accountant()
             accountant.enrol(info.silo_id for info in federation.placement)
             record_events(accountant, {info.silo_id: info.events for info in federation.placement})
             records: list[RoundRecord] = []
@@ -561,7 +560,7 @@ def _warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) ->
     """One warning line when secure aggregation lost more silos in some round than ``protocol.dropout_rate``
     assumed (``summary.json`` lists those rounds)."""
     protocol = scenario.protocol
-    if not protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
+    if not protocol.secure_aggregation or scenario.mechanism.build().brings_protocol():
         return
     from protocols.secure_aggregation import excess_dropouts, excess_warning
 
