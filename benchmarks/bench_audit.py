@@ -1,4 +1,4 @@
-"""The README's auditing table: claims, bounds, ceiling, bound/claim, estimate, accuracy and cost per setting.
+"""The auditing table of docs/auditing.md (Measured): claims, bounds, ceiling, bound/claim, estimate, accuracy and cost per setting.
 
 Per setting: the claimed epsilon (RDP and, where the mechanism has it, PLD), the audit's view, its two lower
 bounds (Steinke et al.'s counting bound and the Gaussian-DP one of Mahloujifar et al.), each over the claim (the
@@ -7,7 +7,7 @@ below it, the canaries' signal-to-noise, direction (``audit.canary_direction``) 
 and without canaries, and the audit's cost against the plain
 run of the same scenario (runs alternating, in one local Ray session, so both reuse the same warm actors).
 ``--no-plain`` skips the plain runs (no accuracy without canaries, no cost ratio: half the time); ``--table``
-prints the README's rows (markdown) after the per-setting dicts.
+prints the table's rows (markdown) after the per-setting dicts.
 
 Each setting is a shipped scenario with ``--set``-style overrides (see ``SETTINGS``; ``--only NAME`` picks some).
 The cost is the median over ``--repeats`` of the audit's wall time (``simulator.audit.runner.audit``: the run with
@@ -111,7 +111,7 @@ TABLE_HEADER = ("| setting | canaries (direction) | view | claim (PLD where give
 
 
 def table_row(row: dict[str, object]) -> str:
-    """One line of the README's table from ``one_setting``'s dict."""
+    """One line of the auditing table from ``one_setting``'s dict."""
     def figure(value: object) -> str:
         return "-" if value is None else f"{value:.2f}"
 
@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--no-plain", action="store_true", help="skip the plain runs (no accuracy without canaries, no cost)")
-    parser.add_argument("--table", action="store_true", help="print the README's table rows at the end")
+    parser.add_argument("--table", action="store_true", help="print the auditing table's rows at the end")
     args = parser.parse_args()
     print(f"load before: {loadavg()}", flush=True)
     rows = []

@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 
 GlobalState = tuple[np.ndarray, ...]
 
+# ``Mechanism.upload_form``: a silo uploads ``[weight x delta, weight]`` (``mechanisms.fedavg.weighted_delta_vector``),
+# the model change of its local SGD steps with its weight ...
+WEIGHTED_DELTA = "weighted_delta"
+# ... or the trained parameters of one of the broadcast hypotheses, ``theta_j + delta' + noise``.
+TRAINED_PARAMETERS = "parameters"
+
 
 @dataclass(frozen=True)
 class FederationShape:
@@ -90,6 +96,16 @@ class MechanismParams(BaseModel):
         """Raise ``ValueError("key: problem")`` where parameter ``key`` does not fit the federation (e.g. a list
         with one entry per silo of the wrong length); the scenario reports it as ``mechanism.key``, or, for a
         dotted key (``federation.client_rate``), as that key of the scenario."""
+
+    def update_clip_norm(self) -> float | None:
+        """The public norm each silo clips its whole model change to before privatising it (e.g. d-privacy's
+        radius), or None: what an attack replays (``simulator.attacks``)."""
+        return None
+
+    def audit_refusal(self, *, client_rate: float) -> tuple[str, Any, str] | None:
+        """Why an audit cannot run with these parameters (at ``federation.client_rate``), as ``(scenario key,
+        value, what is allowed)``, or None; checked once the mechanism hosts the audit's unit and kind."""
+        return None
 
     def server_optimizer_refusal(self) -> str | None:
         """Why a server optimiser (``federation.server_optimizer``) is not meaningful with these parameters, or
@@ -274,6 +290,20 @@ class Mechanism(ABC):
     personalised: ClassVar[bool] = False
     # what the guarantee protects: "record", "user" or "client" (an audit's default canaries); None: nothing
     privacy_unit: ClassVar[str | None] = None
+    # What a silo's upload reveals to the gradient-inversion attacks (simulator.attacks): WEIGHTED_DELTA or
+    # TRAINED_PARAMETERS (see there); None: something else, and the mechanism cannot be attacked.
+    upload_form: ClassVar[str | None] = None
+    # mechanism.local_epochs, when set, makes a silo pass over its records that many times instead of taking
+    # federation.local_steps independent batches (an attack replays the epochs)
+    trains_local_epochs: ClassVar[bool] = False
+    # The audit units whose canaries the mechanism can host ("record", "user", "client"); (): no audits.
+    audit_units: ClassVar[tuple[str, ...]] = ()
+    # audit.kind input: canary records join the silos' records (DP-SGD's, sampled at mechanism.sampling_rate)
+    input_canaries: ClassVar[bool] = False
+    # audit.score likelihood: each round's upload scored by the subsampled Gaussian's likelihood ratio (DP-SGD)
+    likelihood_scores: ClassVar[bool] = False
+    # canaries draw personal budgets (params.record_budgets) and each budget level is audited apart (rPDP)
+    personal_budgets: ClassVar[bool] = False
 
     def __init__(self, params: MechanismParams) -> None:
         self.params = params
@@ -319,6 +349,13 @@ class Mechanism(ABC):
         """Data-dependent quantities the guarantee treats as public, i.e. does not protect (``summary.json``
         ``privacy.assumed_public``). Mechanisms whose parameters make such a quantity public override this."""
         return ()
+
+    @classmethod
+    def audit_claims(cls, privacy: Mapping[str, Any], hosts: Sequence[str]) -> dict[str, Any]:
+        """What a client-level audit checks beside ``epsilon``, for a mechanism whose report has per-client figures:
+        the claims (``claimed_*`` keys of ``audit.json``) for canary clients hosted by silos ``hosts`` (ids as
+        strings), read from the run's privacy report; none by default."""
+        return {}
 
     @classmethod
     def sweep_plotter(cls) -> Callable[..., None] | None:

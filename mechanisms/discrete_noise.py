@@ -10,7 +10,7 @@ made *exactly*, vectorised:
 * the discrete Laplace is a sign bit and a geometric ``G = max{k : U < exp(-k / t)}`` (so ``P(G >= k) =
   exp(-k/t)``), whose candidate ``floor(-t log U)`` is checked against both thresholds;
 * ``U`` is read from a word's top 53 bits, i.e. known to lie in ``[u, u + 2^-53)``. Where that interval lies more
-  than :data:`EXP_MARGIN` away from the float64 value of every threshold involved, the decision is certain
+  than `EXP_MARGIN` away from the float64 value of every threshold involved, the decision is certain
   (float64 ``exp``/``log`` are accurate to a few units in the last place, about 2^-50 absolute here, a thousand
   times below the margin);
 * otherwise (2^-39 of the acceptance tests; about 2^-39 t ln(2^40 / t) of the geometric draws, 4e-8 at

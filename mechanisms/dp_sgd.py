@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from mechanisms.base import (
+    WEIGHTED_DELTA,
     GlobalState,
     Mechanism,
     MechanismParams,
@@ -146,6 +147,10 @@ class DpSgd(Mechanism):
     name = "dp_sgd"
     privacy_unit = "record"
     Params = DpSgdParams
+    upload_form = WEIGHTED_DELTA  # each record's gradient clipped to the public max_grad_norm, plus noise
+    audit_units = ("record",)
+    input_canaries = True
+    likelihood_scores = True
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         return DpSgdSilo(context, self.params)

@@ -3,20 +3,20 @@
 Dong, Roth and Su ("Gaussian differential privacy", JRSS B 2022) call a mechanism mu-GDP when its trade-off curve
 lies above ``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``; by their Cor. 2.13 (the primal-dual view) that holds
 exactly when it is ``(eps, delta_mu(eps))``-DP for every eps, with ``delta_mu`` the Gaussian mechanism's profile
-(:func:`mechanisms.pld.gaussian_delta`). A mechanism that meets an (eps, delta) claim need not be mu-GDP for the
-mu whose ``delta_mu`` passes through that point: its mu* can be larger, so an audit that rejects "mu-GDP" for a mu
-between the two refutes nothing.
+([`gaussian_delta`][mechanisms.pld.gaussian_delta]). A mechanism that meets an (eps, delta) claim need not be
+mu-GDP for the mu whose ``delta_mu`` passes through that point: its mu* can be larger, so an audit that rejects
+"mu-GDP" for a mu between the two refutes nothing.
 
 * Rate 1 (no subsampling): ``k`` Gaussian steps are exactly mu-GDP with ``mu = sqrt(sum k / sigma^2)``.
-* Poisson-subsampled Gaussian schedules (:func:`schedule_mu`): read off the pessimistic PLD of
-  :mod:`mechanisms.pld`, an **upper estimate**. Such a composition is GDP for no mu below about
+* Poisson-subsampled Gaussian schedules (`schedule_mu`): read off the pessimistic PLD of
+  [`mechanisms.pld`][mechanisms.pld], an **upper estimate**. Such a composition is GDP for no mu below about
   ``sqrt(steps) / sigma`` in the far tail (every step sampling the unit, with probability ``q^steps``), so mu* is
-  taken up to :data:`GDP_DELTA_SLACK`: the smallest mu with ``delta(eps) <= delta_mu(eps) + GDP_DELTA_SLACK`` for
+  taken up to `GDP_DELTA_SLACK`: the smallest mu with ``delta(eps) <= delta_mu(eps) + GDP_DELTA_SLACK`` for
   every eps >= 0 and both neighbouring directions, i.e. a trade-off curve above ``G_mu - GDP_DELTA_SLACK``.
-  The eps axis is cut into :data:`GDP_EPSILON_POINTS` intervals ``[e_i, e_i+1]`` up to the eps where the PLD's delta
+  The eps axis is cut into `GDP_EPSILON_POINTS` intervals ``[e_i, e_i+1]`` up to the eps where the PLD's delta
   falls to the slack; on each, the PLD's delta at ``e_i`` (the interval's largest) must lie below ``delta_mu`` at
   ``e_i+1`` (its smallest) plus the slack, so the mu found is at or above the exact one for this PLD.
-* Pure eps-DP (:func:`pure_dp_mu`): its worst case is randomized response, whose curve touches ``G_mu`` at the
+* Pure eps-DP (`pure_dp_mu`): its worst case is randomized response, whose curve touches ``G_mu`` at the
   symmetric point for ``mu = 2 Phi^-1(e^eps / (1 + e^eps))``.
 """
 from __future__ import annotations
@@ -30,21 +30,21 @@ from scipy.special import log_expit, ndtri_exp
 from mechanisms.pld import SMALLEST_DELTA, Schedule, active_entries, composed_pld, gaussian_delta, gaussian_mu
 
 GDP_DELTA_SLACK = SMALLEST_DELTA
-"""The delta below which :func:`schedule_mu` ignores the PLD's profile (the PLD's own trusted range). An f-DP
+"""The delta below which `schedule_mu` ignores the PLD's profile (the PLD's own trusted range). An f-DP
 audit's recursion reads the trade-off curve at type-I errors of at least (1 - confidence) / (guess counts x
 canaries), where the Gaussian curves' deltas are some 1e-3, far above it."""
 
 GDP_EPSILON_POINTS = 4000
-"""Intervals of the eps axis in :func:`schedule_mu` (each adds its width's worth of slack to the upper estimate)."""
+"""Intervals of the eps axis in `schedule_mu` (each adds its width's worth of slack to the upper estimate)."""
 
 MU_TOLERANCE = 1e-6
-"""Bisection tolerance of :func:`schedule_mu` (the bracket's upper end is returned)."""
+"""Bisection tolerance of `schedule_mu` (the bracket's upper end is returned)."""
 
 
 @lru_cache(maxsize=256)
 def schedule_mu(schedule: Schedule) -> float:
     """mu* of ``(q, sigma, steps)`` entries composed (see the module docstring): exact at rate 1, else an upper
-    estimate from the pessimistic PLD, up to :data:`GDP_DELTA_SLACK`; 0 for nothing released, inf without noise."""
+    estimate from the pessimistic PLD, up to `GDP_DELTA_SLACK`; 0 for nothing released, inf without noise."""
     active = active_entries(schedule)
     if any(sigma == 0.0 for _, sigma, _ in active):
         return math.inf

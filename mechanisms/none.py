@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.base import GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
+from mechanisms.base import WEIGHTED_DELTA, GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
 from mechanisms.canaries import with_canary_clients
 from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
 
@@ -35,6 +35,8 @@ class NoPrivacy(Mechanism):
 
     name = "none"
     supports_regression = True
+    upload_form = WEIGHTED_DELTA
+    audit_units = ("client",)  # canary clients: no unit is protected, the audit measures the leak
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         return FedAvgSilo(context)

@@ -21,14 +21,14 @@ with Opacus' PRV accountant (Gopi, Lee and Wutschitz, NeurIPS 2021), an independ
 Gaussian mechanism: ``k`` steps of noise multiplier ``sigma`` are ``mu``-Gaussian DP with ``mu = sqrt(k) / sigma``
 (Dong, Roth and Su, "Gaussian differential privacy", JRSS B 2022, Cor. 3.3), and its exact
 ``delta(eps) = Phi(-eps / mu + mu / 2) - e^eps Phi(-eps / mu - mu / 2)`` (Balle and Wang, ICML 2018, Thm. 8) is
-inverted by :func:`gaussian_epsilon` (no grid). The grid, pessimistic by construction, is not so numerically at
+inverted by `gaussian_epsilon` (no grid). The grid, pessimistic by construction, is not so numerically at
 small delta: 10,000 steps at sigma 8 read 156.824 at delta 1e-10 where the exact figure is 156.834, and 164.63 at
 1e-12 where it is 165.26 (the composition's numerical error, of the order of 1e-13 in delta, is no longer small
 against delta). For ``q < 1`` the grid stays, five times finer below
-:data:`SMALL_DELTA`, and its epsilon is read at :data:`DELTA_SAFETY` times delta, a margin against such errors.
-Below :data:`SMALLEST_DELTA` that margin no longer holds (float64 FFT composition moved 1,000 steps at q 0.1, sigma
+`SMALL_DELTA`, and its epsilon is read at `DELTA_SAFETY` times delta, a margin against such errors.
+Below `SMALLEST_DELTA` that margin no longer holds (float64 FFT composition moved 1,000 steps at q 0.1, sigma
 0.8 to 60.420 at delta 1e-12, where the true figure is at least 60.4396), so a subsampled schedule is refused
-there (:func:`check_pld_delta`; RDP is the alternative). At and above it this is checked, not proved:
+there (`check_pld_delta`; RDP is the alternative). At and above it this is checked, not proved:
 ``tests/test_pld_accounting.py`` compares it at delta 1e-8 and 1e-10 with dp_accounting's pessimistic estimate on
 a grid of 1e-5, and the grid itself with the exact q = 1 values.
 
@@ -49,17 +49,17 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 VALUE_DISCRETIZATION_INTERVAL = 1e-4
-"""Width of the privacy-loss grid (dp_accounting's default) for delta >= :data:`SMALL_DELTA`. Coarser grids are faster and still upper bounds
+"""Width of the privacy-loss grid (dp_accounting's default) for delta >= `SMALL_DELTA`. Coarser grids are faster and still upper bounds
 (pessimistic) but looser where epsilon is small: 3e-4 is three times faster and at most 0.17% above, 1e-3 ten
 times faster and up to 2% above (q = 0.01, sigma = 5, 100 steps: 0.0613 at 1e-4, 0.0625 at 1e-3)."""
 
 SMALL_DELTA = 1e-7
-"""Below this delta the grid is :data:`FINE_VALUE_DISCRETIZATION_INTERVAL` wide: on the 1e-4 grid, 10,000 steps at
+"""Below this delta the grid is `FINE_VALUE_DISCRETIZATION_INTERVAL` wide: on the 1e-4 grid, 10,000 steps at
 sigma 8 read 164.63 at delta 1e-12 where the exact q = 1 figure is 165.26 (and q = 0.5 read 62.89 where a 2e-5 grid
 reads 63.24); at 1e-7 and above the 1e-4 grid was above the exact figure in every case tried."""
 
 FINE_VALUE_DISCRETIZATION_INTERVAL = 2e-5
-"""The grid below :data:`SMALL_DELTA`: above the exact q = 1 figure at 1e-8 to 1e-12 (165.36 against 165.26 in the
+"""The grid below `SMALL_DELTA`: above the exact q = 1 figure at 1e-8 to 1e-12 (165.36 against 165.26 in the
 case above), five times slower to build."""
 
 DELTA_SAFETY = 0.99
@@ -69,11 +69,11 @@ a larger epsilon by ``0.01 / (d delta / d epsilon)``, below 0.1 % of the figure 
 
 SMALLEST_DELTA = 1e-10
 """The smallest delta at which a subsampled schedule's PLD epsilon is given: below it float64 FFT composition errs by
-more than the :data:`DELTA_SAFETY` margin (at 1e-12, 1,000 steps: -0.02 to -0.17 in epsilon against rigorous and
-long-double references), and :func:`pld_epsilon` refuses rather than print an epsilon below the truth."""
+more than the `DELTA_SAFETY` margin (at 1e-12, 1,000 steps: -0.02 to -0.17 in epsilon against rigorous and
+long-double references), and `pld_epsilon` refuses rather than print an epsilon below the truth."""
 
 GAUSSIAN_EPSILON_TOLERANCE = 1e-12
-"""Relative tolerance of :func:`gaussian_epsilon`'s root (the bracket's upper end is returned)."""
+"""Relative tolerance of `gaussian_epsilon`'s root (the bracket's upper end is returned)."""
 
 Schedule = tuple[tuple[float, float, int], ...]
 """``(sampling rate q, noise multiplier sigma, steps)`` entries composed one after another."""
@@ -102,8 +102,8 @@ def pld_epsilon(schedule: Schedule, delta: float) -> float:
 
     Each entry is ``steps`` self-compositions of one step's PLD; entries compose by convolution, and the epsilon is
     read at ``DELTA_SAFETY * delta`` (on the fine grid below ``SMALL_DELTA``). Where every entry has rate 1 it is the exact Gaussian composition instead
-    (:func:`gaussian_epsilon`), at any delta. Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
-    gives inf (no guarantee). A subsampled schedule below :data:`SMALLEST_DELTA` raises ValueError (:func:`check_pld_delta`).
+    (`gaussian_epsilon`), at any delta. Entries with no step or rate 0 release nothing; any entry with sigma = 0 and a step
+    gives inf (no guarantee). A subsampled schedule below `SMALLEST_DELTA` raises ValueError (`check_pld_delta`).
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
@@ -140,7 +140,7 @@ def composed_pld(active: Schedule, interval: float = VALUE_DISCRETIZATION_INTERV
 
 
 def check_pld_delta(delta: float) -> None:
-    """Raise ValueError, one line naming RDP, where ``delta`` is below :data:`SMALLEST_DELTA` (the scenario's
+    """Raise ValueError, one line naming RDP, where ``delta`` is below `SMALLEST_DELTA` (the scenario's
     ``mechanism.delta`` with ``accountant: pld`` is refused by the same test)."""
     if delta < SMALLEST_DELTA:
         raise ValueError(f"the PLD accountant is not given at delta {delta:g}, below {SMALLEST_DELTA:g} (float64 "

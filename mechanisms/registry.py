@@ -1,4 +1,5 @@
-"""Name -> mechanism class. Adding a mechanism means adding one line here; the actors never change.
+"""Name -> mechanism class. Adding a mechanism means its module and one line here; the simulator never changes: it
+reads what it needs to know of a mechanism from the class (``mechanisms.base.Mechanism``'s traits).
 
 Classes are imported when first asked for, so that ``privsilo list`` imports no mechanism and ``privsilo
 validate`` only the scenario's. ``validate`` needs the mechanism's ``Params`` class and must not pay for torch,
@@ -13,16 +14,34 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mechanisms.base import Mechanism
 
-_LOCATIONS = {  # name -> "module:class"
+_LOCATIONS = {  # name -> "module:class", in the order messages list mechanisms
     "none": "mechanisms.none:NoPrivacy",
     "dp_sgd": "mechanisms.dp_sgd:DpSgd",
-    "dp_fedavg": "mechanisms.dp_fedavg.mechanism:DpFedAvg",
-    "dprivacy": "mechanisms.dprivacy.mechanism:DPrivacy",
     "rpdp": "mechanisms.rpdp.mechanism:Rpdp",
     "uldp": "mechanisms.uldp.mechanism:Uldp",
     "pldp": "mechanisms.pldp.mechanism:Pldp",
+    "dprivacy": "mechanisms.dprivacy.mechanism:DPrivacy",
+    "dp_fedavg": "mechanisms.dp_fedavg.mechanism:DpFedAvg",
 }
-MECHANISM_NAMES: tuple[str, ...] = tuple(sorted(_LOCATIONS))
+MECHANISM_NAMES: tuple[str, ...] = tuple(sorted(_LOCATIONS))  # the mechanisms privsilo ships
+
+
+def register_mechanism(name: str, location: str) -> None:
+    """Register the class at ``location`` (``"module:class"``) under ``name`` in this process, e.g. a mechanism
+    of one's own outside this package. Ray workers learn it when they import ``module``, as they do to unpickle a
+    scenario with its parameters: call this at the bottom of that module."""
+    if _LOCATIONS.setdefault(name, location) != location:
+        raise ValueError(f"mechanism {name!r} is already registered as {_LOCATIONS[name]}")
+
+
+def mechanism_names() -> tuple[str, ...]:
+    """Every registered name, sorted: the shipped mechanisms and those registered at run time."""
+    return tuple(sorted(_LOCATIONS))
+
+
+def mechanism_classes() -> tuple[type[Mechanism], ...]:
+    """Every registered class, in registration order (imports every mechanism's module: for messages only)."""
+    return tuple(mechanism_class(name) for name in _LOCATIONS)
 
 
 def mechanism_class(name: str) -> type[Mechanism]:

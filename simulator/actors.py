@@ -19,7 +19,6 @@ import ray
 import torch
 
 from mechanisms.base import load_vector_into_model
-from mechanisms.registry import mechanism_class
 from protocols.base import ProtocolStateError, RoundAbandoned
 from simulator.engine.protocol_setup import server_protocol
 from simulator.faults import CrashPlan
@@ -313,7 +312,7 @@ class ServerActor:
         self.test_features = torch.tensor(test_features, device=device)
         self.test_labels = torch.tensor(test_labels, device=device)
         num_users = None if scenario.data.users is None else scenario.data.users.count
-        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        mechanism = scenario.mechanism.build()
         self.mechanism = mechanism.server_for(num_silos=self.num_silos, num_users=num_users)
         self.protocol = server_protocol(scenario, mechanism, num_silos=self.num_silos, num_users=num_users,
                                         length=self.state[0].size)

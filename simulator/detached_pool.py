@@ -5,8 +5,11 @@ actors are detached, named actors in the Ray namespace ``privsilo``. When the ru
 state (the actors' ``release``) and wait, idle, for the next run; the next driver leases them instead of starting
 processes that import torch again.
 
-Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v2``), which serves
-one call at a time, so that two drivers never lease the same actor. An actor is interchangeable with another
+Leases go through one detached registry actor (:class:`PoolRegistry`, named ``pool-registry-v3``), which serves
+one call at a time, so that two drivers never lease the same actor. Runs take turns at starting actors: a lease
+that starts new actors holds the turn until they are all scheduled (or its run gave up), and the next lease waits
+for it, holding nothing, in the order they asked. So at most one run holds part of its actors while waiting for
+the rest, and two runs never each hold what the other needs. An actor is interchangeable with another
 only under the same :class:`PoolKey`: its class, its CPU and GPU shares and the code version (privsilo's package
 version and a digest of its source files, so an edited checkout never reuses actors running the old code, and the
 users' code the run's job ships, :mod:`simulator.shipping`, so a leased actor imports the leasing run's code). A
@@ -30,15 +33,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from simulator.errors import PrivsiloError
 from simulator.invocation import privsilo_version
-from simulator.worker_pool import POOL, ActorShape, WorkerPool, start_actor
+from simulator.worker_pool import POOL, ActorShape, WorkerPool, say_waiting, start_actor
 
 if TYPE_CHECKING:
     from simulator.scenario import RayConfig
 
 NAMESPACE = "privsilo"
-REGISTRY_NAME = "pool-registry-v2"  # the suffix changes with the registry's methods
+REGISTRY_NAME = "pool-registry-v3"  # the suffix changes with the registry's methods
 CHECK_EVERY_S = 2.0  # how often the registry looks for expired idle actors and ended jobs
 STOP_WAIT_S = 30.0
+TURN_POLL_S = 0.5  # how often a lease waiting for its turn asks again
 PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
 
 
@@ -91,14 +95,23 @@ class PoolRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, PoolEntry] = {}
         self._waiting: dict[str, float] = {}  # job -> since when its run waits for its actors to be scheduled
+        self._turn: str | None = None  # the job whose new actors are being scheduled
+        self._queue: dict[str, float] = {}  # jobs waiting for the turn -> since when, in the order they asked
         self._lock = threading.Lock()  # between the calls and the expiry thread
         threading.Thread(target=self._expire_forever, daemon=True).start()
 
-    def lease(self, job: str, wants: list[tuple[PoolKey, int]], holder: str = "") -> list[tuple[list[str], list[str]]]:
+    def lease(self, job: str, wants: list[tuple[PoolKey, int]],
+              holder: str = "") -> tuple[list[tuple[list[str], list[str]]] | None, list[dict[str, Any]]]:
         """For each ``(key, count)``: the names of the idle actors ``job`` (run by ``holder``) now holds, and the
-        names under which it starts the rest. Every idle actor not taken is stopped."""
+        names under which it starts the rest; every idle actor not taken is stopped. A lease that starts actors
+        takes the turn (``done`` gives it back). None while another job has the turn or asked for it first: then
+        ``job`` holds nothing and waits in line; ask again. Also returns the other jobs holding leases (``wait``)."""
         with self._lock:
             self._reclaim_ended_jobs(alive=job)
+            if self._turn not in (None, job) or next(iter(self._queue), job) != job:
+                self._queue.setdefault(job, time.time())
+                return None, self._holders(job)
+            self._queue.pop(job, None)
             answer, now = [], time.time()
             for key, count in wants:
                 idle = sorted(e.name for e in self._entries.values() if e.job is None and e.key == key)[:count]
@@ -109,7 +122,17 @@ class PoolRegistry:
                                      for name in new)
                 answer.append((idle, new))
             self._stop([e for e in self._entries.values() if e.job is None])
-        return answer
+            if any(new for _, new in answer):
+                self._turn = job
+            return answer, []
+
+    def done(self, job: str) -> None:
+        """``job``'s new actors are scheduled, or its run gave up on them: it leaves the line and gives up the turn."""
+        with self._lock:
+            self._queue.pop(job, None)
+            self._waiting.pop(job, None)
+            if self._turn == job:
+                self._turn = None
 
     def give_back(self, names: list[str], idle_timeout: float) -> None:
         """The named actors dropped their run: idle until the next lease, or ``idle_timeout`` s. An actor the
@@ -123,26 +146,27 @@ class PoolRegistry:
                     entry.job, entry.idle_since, entry.idle_timeout = None, time.time(), idle_timeout
             self._stop_expired()
 
-    def wait(self, job: str, waiting: bool) -> list[dict[str, Any]]:
-        """``job`` waits (``waiting``) or no longer waits for its actors to be scheduled. While it waits, every idle
-        actor is stopped (it may hold what the job needs). Returns the other jobs holding leases: ``job``,
-        ``holder``, ``since``, ``cpus``, ``gpus`` (their leased shares) and ``waiting`` (since when, or None)."""
+    def wait(self, job: str) -> list[dict[str, Any]]:
+        """``job`` waits for its actors to be scheduled (until ``done``): every idle actor is stopped (it may hold
+        what the job needs). Returns the other jobs holding leases (``_holders``)."""
         with self._lock:
             self._reclaim_ended_jobs(alive=job)
-            if not waiting:
-                self._waiting.pop(job, None)
-                return []
             self._waiting.setdefault(job, time.time())
             self._stop([e for e in self._entries.values() if e.job is None])
-            others: dict[str, dict[str, Any]] = {}
-            for e in self._entries.values():
-                if e.job is not None and e.job != job:
-                    held = others.setdefault(e.job, {"job": e.job, "holder": e.holder, "since": e.since, "cpus": 0.0,
-                                                     "gpus": 0.0, "waiting": self._waiting.get(e.job)})
-                    held["since"] = min(held["since"], e.since)
-                    held["cpus"] += e.key.num_cpus
-                    held["gpus"] += e.key.num_gpus
-            return sorted(others.values(), key=lambda held: held["since"])
+            return self._holders(job)
+
+    def _holders(self, job: str) -> list[dict[str, Any]]:
+        """The jobs other than ``job`` that hold leases, oldest first: ``job``, ``holder``, ``since``, ``cpus``,
+        ``gpus`` (their leased shares) and ``waiting`` (since when it waits for its actors, or None)."""
+        others: dict[str, dict[str, Any]] = {}
+        for e in self._entries.values():
+            if e.job is not None and e.job != job:
+                held = others.setdefault(e.job, {"job": e.job, "holder": e.holder, "since": e.since, "cpus": 0.0,
+                                                 "gpus": 0.0, "waiting": self._waiting.get(e.job)})
+                held["since"] = min(held["since"], e.since)
+                held["cpus"] += e.key.num_cpus
+                held["gpus"] += e.key.num_gpus
+        return sorted(others.values(), key=lambda held: held["since"])
 
     def forget(self, names: list[str]) -> None:
         """The named actors were stopped by the driver holding them (they failed to drop their run)."""
@@ -174,12 +198,16 @@ class PoolRegistry:
 
     def _reclaim_ended_jobs(self, *, alive: str | None) -> None:
         """Stop the actors leased by jobs that ended (``alive``: a job known to be running, the caller's)."""
-        holders = {e.job for e in self._entries.values() if e.job not in (None, alive)} | (set(self._waiting) - {alive})
+        holders = {e.job for e in self._entries.values()} | set(self._waiting) | set(self._queue) | {self._turn}
+        holders -= {None, alive}
         if holders:
             ended = holders - running_jobs()
             self._stop([e for e in self._entries.values() if e.job in ended])
             for job in ended:
                 self._waiting.pop(job, None)
+                self._queue.pop(job, None)
+            if self._turn in ended:
+                self._turn = None
 
     def _stop(self, entries: list[PoolEntry]) -> None:
         for entry in entries:
@@ -223,26 +251,41 @@ class DetachedPool(WorkerPool):
     def __init__(self, *, idle_timeout: float) -> None:
         self.idle_timeout = idle_timeout
         self._names: dict[int, str] = {}  # id(handle) -> actor name, for the handles this driver holds
+        self._starting: list[Any] = []  # readiness calls of the actors the last lease started
 
     def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
+        """The registry's lease (waiting for this run's turn, and saying whom for, where other runs start actors
+        first); then the actors it names, idle ones by name and new ones started under theirs."""
         import ray
 
         version = job_code_version()
         shapes = list(counts)
         wants = [(PoolKey(shape.actor_class.__qualname__, shape.num_cpus, shape.num_gpus, version), counts[shape])
                  for shape in shapes]
-        answer = ray.get(registry(create=True).lease.remote(ray.get_runtime_context().get_job_id(), wants,
-                                                            f"pid {os.getpid()} on {socket.gethostname()}"))
-        taken: dict[ActorShape, list[Any]] = {}
-        for shape, (idle, new) in zip(shapes, answer):
-            try:
-                handles = [ray.get_actor(name, namespace=NAMESPACE) for name in idle]
-            except ValueError:
-                raise PrivsiloError("the cluster's warm pool was stopped while this run leased from it; run again") from None
-            handles += [start_actor(shape, name=name, namespace=NAMESPACE, lifetime="detached") for name in new]
-            self._names.update((id(handle), name) for handle, name in zip(handles, idle + new))
-            taken[shape] = handles
+        pool, job, said = registry(create=True), ray.get_runtime_context().get_job_id(), ""
+        holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        try:
+            while (answer := ray.get(pool.lease.remote(job, wants, holder)))[0] is None:
+                said = say_waiting(answer[1], said)  # in line: holding nothing, it waits for the runs that hold actors
+                time.sleep(TURN_POLL_S)
+            taken: dict[ActorShape, list[Any]] = {}
+            for shape, (idle, new) in zip(shapes, answer[0]):
+                try:
+                    handles = [ray.get_actor(name, namespace=NAMESPACE) for name in idle]
+                except ValueError:
+                    raise PrivsiloError("the cluster's warm pool was stopped while this run leased from it; run again") from None
+                started = [start_actor(shape, name=name, namespace=NAMESPACE, lifetime="detached") for name in new]
+                self._starting += [handle.__ray_ready__.remote() for handle in started]
+                self._names.update((id(handle), name) for handle, name in zip(handles + started, idle + new))
+                taken[shape] = handles + started
+        except BaseException:
+            self._done(pool, job)
+            raise
         return taken
+
+    def starting(self) -> list[Any]:
+        starting, self._starting = self._starting, []
+        return starting
 
     def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
         import ray
@@ -252,7 +295,9 @@ class DetachedPool(WorkerPool):
         pool = registry(create=False)
         if pool is None:  # `privsilo pool stop` ran meanwhile: it stopped these actors too
             return
-        ray.get([pool.give_back.remote(names["healthy"], self.idle_timeout), pool.forget.remote(names["broken"])])
+        # done: a run that ends before its actors were scheduled (it failed meanwhile) gives up its turn too
+        ray.get([pool.give_back.remote(names["healthy"], self.idle_timeout), pool.forget.remote(names["broken"]),
+                 pool.done.remote(ray.get_runtime_context().get_job_id())])
 
     def stop_idle(self) -> None:
         import ray
@@ -262,7 +307,21 @@ class DetachedPool(WorkerPool):
     def others(self, *, waiting: bool) -> list[dict[str, Any]]:
         import ray
 
-        return ray.get(registry(create=True).wait.remote(ray.get_runtime_context().get_job_id(), waiting))
+        pool, job = registry(create=True), ray.get_runtime_context().get_job_id()
+        if waiting:
+            return ray.get(pool.wait.remote(job))
+        self._done(pool, job)
+        return []
+
+    @staticmethod
+    def _done(pool: Any, job: str) -> None:
+        """Tell the registry that ``job`` no longer waits for actors (nothing to tell where the pool was stopped)."""
+        import ray
+
+        try:
+            ray.get(pool.done.remote(job))
+        except ray.exceptions.RayActorError:
+            pass
 
 
 def pool_for(config: RayConfig) -> WorkerPool:

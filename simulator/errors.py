@@ -21,7 +21,7 @@ class PrivsiloError(Exception):
 
 
 class RuntimeFault(PrivsiloError):
-    """The run's processes or Ray nodes failed, not its input: the command ends with :data:`EXIT_RUNTIME_FAULT`
+    """The run's processes or Ray nodes failed, not its input: the command ends with `EXIT_RUNTIME_FAULT`
     and, where the run kept a checkpoint, the command that resumes it."""
 
     exit_code = EXIT_RUNTIME_FAULT

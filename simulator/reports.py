@@ -24,7 +24,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from mechanisms.registry import mechanism_class  # noqa: E402
 from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault, writing  # noqa: E402
 from simulator.processes import process_alive  # noqa: E402
 
@@ -142,7 +141,7 @@ def write_run_files(result: RunResult, directory: Path, *, invocation: Mapping[s
             plot_privacy(result, directory / "privacy.png")
     scenario = result.scenario
     with writing(directory):  # the mechanism's own plots, named by it
-        mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).write_plots(result.privacy, directory)
+        scenario.mechanism.build().write_plots(result.privacy, directory)
     model = io.BytesIO()  # serialised first: a failed write is then an OSError, not torch's RuntimeError
     torch.save(dict(result.model_state), model)
     with writing(directory / "model.pt"):
@@ -201,7 +200,7 @@ def _secure_aggregation(result: RunResult) -> dict[str, Any]:
     """With secure aggregation: the parameters and failure bounds of every round size that ran, and the rounds
     that lost more silos than assumed (:func:`protocols.secure_aggregation.run_report`)."""
     scenario = result.scenario
-    if not scenario.protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
+    if not scenario.protocol.secure_aggregation or scenario.mechanism.build().brings_protocol():
         return {}
     from protocols.secure_aggregation import run_report
     from simulator.engine.protocol_setup import secure_aggregation_settings
@@ -219,7 +218,7 @@ def _privacy(result: RunResult) -> dict[str, Any]:
         privacy["under_failure"] = ACCOUNTING_UNDER_FAILURE
     if privacy.get("guarantee") != "none":
         scenario = result.scenario
-        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        mechanism = scenario.mechanism.build()
         privacy["assumed_public"] = list(mechanism.assumed_public())
     return privacy
 

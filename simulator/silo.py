@@ -17,7 +17,6 @@ import torch
 from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
 from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
-from mechanisms.registry import mechanism_class
 from simulator.engine.protocol_setup import silo_protocol
 from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
@@ -94,7 +93,7 @@ class Silo:
             canaries=None if spec.canaries is None or spec.canaries.are_inputs else spec.canaries,
             draws_on_device=draws_on_device(device, secure_rng=scenario.secure_rng),
         )
-        mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+        mechanism = scenario.mechanism.build()
         self.refusal: PrivacyBudgetError | None = None
         try:
             self.mechanism = mechanism.silo(context)

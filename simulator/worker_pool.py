@@ -89,37 +89,56 @@ class WorkerPool(ABC):
         """Stop every idle actor, freeing its resources for work that is not an actor run (e.g. attack tasks)."""
 
     def others(self, *, waiting: bool) -> list[dict[str, Any]]:
-        """Say that this run waits (``waiting``) or no longer waits for its actors to be scheduled; while it waits,
-        stop the idle actors. Returns the other runs that hold actors of this pool (``holder``, ``since``,
-        ``cpus``, ``gpus`` and ``waiting``: since when that run waits itself, or None); none for a session's pool."""
+        """Say that this run waits (``waiting``) for its actors to be scheduled, or no longer waits (they are, or it
+        gave up on them); while it waits, stop the idle actors. Returns the other runs that hold actors of this pool
+        (``holder``, ``since``, ``cpus``, ``gpus`` and ``waiting``: since when that run waits itself, or None); none
+        for a session's pool."""
         if waiting:
             self.stop_idle()
         return []
 
+    def starting(self) -> list[Any]:
+        """Calls that answer once each actor the last lease started is scheduled and constructed (taken: the next
+        call returns none); none for a session's pool, whose runs never wait for each other."""
+        return []
+
 
 def wait_until_scheduled(refs: list[Any], *, pool: WorkerPool, timeout: float) -> tuple[list[Any], list[Any], str]:
-    """Wait for ``refs`` (calls to new actors): as long as another run holds actors of the pool and is not waiting
-    itself (saying so in one line on stderr each time who holds what changes), then up to ``timeout`` s more.
-    Returns the ready and pending refs, and who holds what at the end ("" when nothing is pending)."""
+    """Wait for ``refs`` (calls to new actors) and the actors the pool's lease started: as long as another run
+    holds actors of the pool and is not waiting itself (saying so in one line on stderr each time who holds what
+    changes), then up to ``timeout`` s more. Returns the ready and pending refs (pending: the lease's actors that
+    never got scheduled, where all of ``refs`` are ready), and who holds what at the end ("" when nothing is
+    pending)."""
     import ray
 
     said, quiet_since, holders = "", time.monotonic(), []
+    waited = refs + pool.starting()
     try:
-        while True:
-            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=WAIT_STEP_S)
+        while waited:
+            ready, pending = ray.wait(waited, num_returns=len(waited), timeout=WAIT_STEP_S)
             if not pending:
-                return ready, pending, ""
+                return refs, [], ""
             holders = pool.others(waiting=True)
             if any(held["waiting"] is None for held in holders):  # one of them runs: it ends, and gives back
                 quiet_since = time.monotonic()
-                line = f"privsilo: waiting for CPUs/GPUs held by {held_by(holders)}"
-                if line != said:
-                    print(line, file=sys.stderr, flush=True)
-                    said = line
+                said = say_waiting(holders, said)
             elif time.monotonic() - quiet_since >= timeout:
-                return ready, pending, held_by(holders)
+                answered = set(ready)
+                return ([ref for ref in refs if ref in answered], [ref for ref in refs if ref not in answered] or pending,
+                        held_by(holders))
+        return refs, [], ""
     finally:
         pool.others(waiting=False)
+
+
+def say_waiting(holders: list[dict[str, Any]], said: str) -> str:
+    """Print ``privsilo: waiting for CPUs/GPUs held by ...`` on stderr unless no run holds any or the line was
+    ``said`` last; returns the line said last."""
+    line = f"privsilo: waiting for CPUs/GPUs held by {held_by(holders)}"
+    if not holders or line == said:
+        return said
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def held_by(holders: list[dict[str, Any]]) -> str:

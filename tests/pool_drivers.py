@@ -29,17 +29,19 @@ class Sleeper:
 
 
 def lease(count: int, *, version: str | None, hold: bool, die: bool) -> None:
-    """Lease ``count`` Sleepers (under a made-up code version with ``version``), print their actor ids, and with
-    ``hold`` keep them until a line arrives on stdin; then give them back. With ``die`` the process exits at once
-    instead, as a killed driver would, never giving them back."""
+    """Lease ``count`` Sleepers (under a made-up code version with ``version``), wait until they are scheduled (as
+    a run does, which ends its turn at starting actors), print their actor ids, and with ``hold`` keep them until a
+    line arrives on stdin; then give them back. With ``die`` the process exits at once instead, as a killed driver
+    would, never giving them back."""
     from simulator import detached_pool
-    from simulator.worker_pool import ActorShape
+    from simulator.worker_pool import ActorShape, wait_until_scheduled
 
     if version is not None:
         detached_pool.code_version = lambda: version
     shape = ActorShape(Sleeper, num_cpus=LIGHT_CPUS, num_gpus=0.0)
     pool = detached_pool.DetachedPool(idle_timeout=600)
     handles = pool.lease({shape: count})[shape]
+    assert wait_until_scheduled([], pool=pool, timeout=60)[1] == []
     print(json.dumps(sorted(h._actor_id.hex() for h in handles)), flush=True)
     if die:
         os._exit(0)

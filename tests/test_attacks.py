@@ -117,7 +117,7 @@ def test_metrics_equal_hand_computed_values():
     assert summarise_scores([], success_psnr=30.0) == {"psnr": None, "ssim": None, "mse": None, "label_accuracy": None, "success": False}
 
 
-PUBLIC_KNOWLEDGE = {"payload", "hypotheses", "mechanism", "model", "feature_shape", "num_classes", "lr", "local_steps", "batch_size",
+PUBLIC_KNOWLEDGE = {"payload", "hypotheses", "mechanism", "upload_form", "model", "feature_shape", "num_classes", "lr", "local_steps", "batch_size",
                     "silo_records", "max_grad_norm", "max_update_norm", "fractional_bits"}
 
 

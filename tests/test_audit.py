@@ -188,7 +188,7 @@ def test_gradient_canary_records_are_not_limited_by_the_records_input_canaries_a
 
 
 def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_back(tmp_path, capsys):
-    from simulator.audit.config import audit_view
+    from simulator.scenario import audit_view
 
     secure = small_scenario(mechanism={"name": "dp_sgd"}, audit={"view": "uploads"}, protocol={"secure_aggregation": True})
     assert main(["validate", *_scenario_file(tmp_path, secure)]) == 2

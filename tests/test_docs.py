@@ -1,8 +1,10 @@
 """The documentation: the scenario reference is generated from the models and covers every key with a description,
 the site builds with MkDocs in strict mode (a broken link, a missing page or a stale API reference fails), every
-page is in the nav, no Sphinx role is printed literally, and the search index is built."""
+page is in the nav, no Sphinx role is printed literally in the rendered site, the search index is built, and the
+README stays a front page of at most 250 lines whose test command is the one `.ci/run` runs."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -77,8 +79,29 @@ def test_the_reference_lists_every_key_of_a_resolved_scenario() -> None:
         assert f"| `{key}` |" in reference, key
 
 
-# A Sphinx role (":class:`X`") that mkdocstrings would print literally; its cross-references are "[X][path]".
-SPHINX_ROLE = re.compile(r":(class|func|meth|mod|attr|data|exc|obj|ref):`")
+# A Sphinx role in a docstring (":func:`x`") that mkdocstrings prints literally: in the rendered page the backticks
+# become <code> (":func:<code>x</code>", read as ":func:x" once the tags go) or vanish (":func x"). Docstrings
+# cross-reference with "[`x`][module.x]" or name a thing in plain backticks instead.
+RENDERED_ROLE = re.compile(r"(?<![\w:.-]):(class|func|meth|mod|attr|data|exc|obj|ref)(?::\s*|\s+)`?~?[A-Za-z_]")
+HTML_TAG = re.compile(r"<[^>]+>")
+
+
+def literal_roles(page_html: str) -> list[str]:
+    """The literal Sphinx roles a rendered page shows, as its reader sees them (tags stripped, entities decoded)."""
+    text = html.unescape(HTML_TAG.sub("", page_html))
+    return [text[max(match.start() - 30, 0):match.end() + 30] for match in RENDERED_ROLE.finditer(text)]
+
+
+def test_the_role_check_finds_roles_as_mkdocstrings_renders_them() -> None:
+    for shown in ('<p>returns the largest (:func:<code>fdp_one_run_audit</code>) bound</p>',
+                  "<p>read at :data:<code>SMALL_DELTA</code> times delta</p>", "<td>see :mod:mechanisms.gdp</td>",
+                  "<p>the <code>ceiling</code> of :func one_run_audit</p>", "<p>:meth:`snapshot`</p>",
+                  "<p>(:class:<code>~simulator.actors.SiloWorker</code>)</p>", "<li>:attr: <code>x</code></li>"):
+        assert literal_roles(shown), shown
+    for clean in ('<p>the <a href="#mechanisms.gdp"><code>mechanisms.gdp</code></a> module</p>',
+                  "<code>model.name: \"package.module:factory\"</code>", "<p>metadata:data, a:b, 10:30 func</p>",
+                  "<code>data: {dataset: digits}</code>"):
+        assert literal_roles(clean) == [], clean
 
 
 def test_docs_build_strictly(tmp_path) -> None:
@@ -93,7 +116,7 @@ def test_docs_build_strictly(tmp_path) -> None:
     assert (site / "reference" / "scenario" / "index.html").is_file()
     page = (site / "reference" / "scenario" / "index.html").read_text()
     assert "mechanism.group_rounding" in page and "<!-- scenario-reference -->" not in page
-    literal = {str(path.relative_to(site)): SPHINX_ROLE.findall(path.read_text()) for path in site.rglob("*.html")}
+    literal = {str(path.relative_to(site)): literal_roles(path.read_text()) for path in site.rglob("*.html")}
     assert {path: roles for path, roles in literal.items() if roles} == {}
     api = (site / "reference" / "api" / "index.html").read_text()
     for identifier in ("privsilo.run", "simulator.results.RunResult", "simulator.scenario.Scenario",
@@ -121,3 +144,22 @@ def test_every_page_is_in_the_nav() -> None:
 
     on_disk = {str(path.relative_to(REPO / "docs")) for path in (REPO / "docs").rglob("*.md")}
     assert on_disk == pages(config["nav"])
+
+
+README_LIMIT = 250
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 250 lines: what privsilo is, set-up, a scenario, the commands, a first result, where the docs are;
+    measured tables and long explanations live in docs/."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_LIMIT, "move detail into a page under docs/"
+    sections = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
+    assert {"Set-up and quickstart", "A scenario file", "Command line", "A first result", "Documentation"} <= set(sections)
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """.ci/run runs the README's install-and-test command verbatim (its last line), and so the README shows it."""
+    ci_command = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci_command.endswith(".venv/bin/python -m pytest -q")
+    assert f"```bash\n{ci_command}\n```" in (REPO / "README.md").read_text()

@@ -8,7 +8,6 @@ import sys
 import pytest
 
 import simulator.engine as engine
-from mechanisms.registry import mechanism_class
 from protocols.plain import PlainSumServer, PlainSumSilo
 from protocols.private_weighting.server import PwpServer
 from protocols.secure_aggregation import SecAggServer, SecAggSilo
@@ -55,7 +54,7 @@ def test_both_sides_of_secure_aggregation_and_the_report_take_the_same_settings(
                                                 mechanism={"name": "dp_sgd", "noise_multiplier": 1.0,
                                                            "max_grad_norm": 1.0, "delta": 1e-5},
                                                 protocol=protocol))
-    mechanism = mechanism_class("dp_sgd")(scenario.mechanism.params)
+    mechanism = scenario.mechanism.build()
     server = server_protocol(scenario, mechanism, num_silos=5, num_users=None, length=10)
     silo = silo_protocol(scenario, mechanism, tiny_silo_context(3), 3)
     assert isinstance(server, SecAggServer) and isinstance(silo, SecAggSilo) and silo.silo_id == 3
@@ -71,7 +70,7 @@ def test_both_sides_of_secure_aggregation_and_the_report_take_the_same_settings(
 
 def test_plain_summation_without_secure_aggregation_and_the_mechanisms_own_protocol_where_it_brings_one() -> None:
     plain = validate_scenario(small_scenario())
-    none = mechanism_class("none")(plain.mechanism.params)
+    none = plain.mechanism.build()
     assert isinstance(server_protocol(plain, none, num_silos=3, num_users=None, length=10), PlainSumServer)
     silo = silo_protocol(plain, none, tiny_silo_context(1), 1)
     assert isinstance(silo, PlainSumSilo) and silo.silo_id == 1
@@ -80,5 +79,5 @@ def test_plain_summation_without_secure_aggregation_and_the_mechanisms_own_proto
         mechanism={"name": "uldp", "variant": "avg_w", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5,
                    "weighting": "private"},
         protocol={"secure_aggregation": True}))
-    uldp = mechanism_class("uldp")(weighted.mechanism.params)
+    uldp = weighted.mechanism.build()
     assert isinstance(server_protocol(weighted, uldp, num_silos=3, num_users=20, length=10), PwpServer)

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -436,25 +437,110 @@ def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_li
 
 @pytest.mark.timeout(1800)
 def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(state_dir, tmp_path):
+    """Two runs started at the same moment while a third runs, no two of which fit the pool at once: they take
+    turns at starting actors (all or nothing) instead of each holding part of what the other needs, the one that
+    waits says for whom, and all three finish."""
     started_pool("--idle-timeout", "600", "--num-cpus", "2")
-    runs = {}
-    for name, cpus, rounds in (("a", 0.6, 15), ("b", 0.5, 3), ("c", 0.4, 3)):  # no two of them fit the pool at once
+    commands, runs, drivers = {}, {}, set()
+    for name, cpus, rounds in (("a", 0.6, 40), ("b", 0.5, 30), ("c", 0.4, 30)):  # no two of them fit the pool at once
         scenario = tmp_path / f"{name}.yaml"
         scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 1.0}, "silo": {
             "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
                                                            "batch_size": 32, "lr": 0.1})))
-        runs[name] = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
-                                       "--out", str(tmp_path / name)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=REPO)
-        if name != "c":  # b starts while a runs (and waits for it), c once b has its actors (and waits for b);
-            # two runs that both wait at once can each hold part of what the other needs (docs/ray.md)
-            deadline = time.monotonic() + (GONE_WITHIN_S if name == "a" else 900)
-            while not any((tmp_path / name / done).exists() for done in ("checkpoint.pkl", "summary.json")):
-                assert time.monotonic() < deadline and runs[name].poll() is None, f"run {name} did not start its rounds"
-                time.sleep(0.2)
-    outputs = {name: run.communicate(timeout=1200) for name, run in runs.items()}
+        commands[name] = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out", str(tmp_path / name)]
+    drivers.add(ready_driver())  # it serves a, the first command
+    runs["a"] = subprocess.Popen(commands["a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (tmp_path / "a" / "checkpoint.pkl").exists():
+        assert time.monotonic() < deadline and runs["a"].poll() is None, "run a did not start its rounds"
+        time.sleep(0.2)
+    if (state := local_pool.read_state()).driver is not None:  # the next ready driver, if it listens, serves b or c
+        drivers.add(state.driver[0])
+    for name in ("b", "c"):  # at the same moment, while a runs
+        runs[name] = subprocess.Popen(commands[name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline, outputs = time.monotonic() + 900, {}  # a deadlock fails the test, not the CI run's time limit
+    try:
+        for name, run in runs.items():
+            outputs[name] = run.communicate(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        for run in runs.values():
+            run.kill()
+        pytest.fail(f"runs {sorted(set(runs) - set(outputs))} did not finish within 900 s: "
+                    f"{[run.communicate()[1][-2000:] for run in runs.values()]}")
     for name, run in runs.items():
         assert run.returncode == 0, outputs[name][0][-2000:] + outputs[name][1][-3000:]
         assert (tmp_path / name / "summary.json").exists()
-    waited = [line for _, err in outputs.values() for line in err.splitlines() if line.startswith("privsilo: waiting")]
-    assert all(" held by the run of pid " in line for line in waited), outputs  # a wait, where one happens, names its holder
+    holders = {run.pid for run in runs.values()} | drivers  # a command runs in its caller's process or a ready driver
+    waited = [line for name in ("b", "c") for line in outputs[name][1].splitlines() if line.startswith("privsilo: waiting")]
+    print("\n".join(waited))
+    assert waited, outputs  # one of them waited for the other (or for a)
+    for line in waited:
+        named = {int(pid) for pid in re.findall(r"the run of pid (\d+) on ", line)}
+        assert line.startswith("privsilo: waiting for CPUs/GPUs held by the run of pid ") and named <= holders, (line, holders)
+
+
+def test_runs_take_turns_at_starting_actors_in_any_order_of_leases_ends_and_deaths(monkeypatch):
+    """The pool's registry (no Ray: its kills and Ray's job table stand in) under random interleavings of six
+    drivers leasing, getting their actors scheduled, giving them back and dying: at most one run at a time holds
+    part of its actors while waiting for the rest, a run told to wait holds nothing, the line is first come first
+    served, and a run that died gives up its turn, its place and its actors."""
+    import random
+
+    from simulator import detached_pool
+
+    class NoThread:  # the registry's expiry thread: the test calls what it would
+        def __init__(self, **_) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+    alive, killed = set(), []
+    monkeypatch.setattr(detached_pool.threading, "Thread", NoThread)
+    monkeypatch.setattr(detached_pool, "running_jobs", lambda: set(alive))
+    monkeypatch.setattr(detached_pool, "_kill", killed.append)
+    rng = random.Random(39)
+    for _ in range(40):
+        registry = detached_pool.PoolRegistry()
+        keys = [detached_pool.PoolKey("SiloWorker", cpus, 0.0, "v") for cpus in (0.4, 0.5, 0.6)]
+        state, asked = {}, {}  # job -> "out" | "queued" | "starting" | "running"; queued job -> when it asked
+        names: dict[str, list[str]] = {}
+        for job in map(str, range(6)):
+            state[job] = "out"
+            alive.add(job)
+        for step in range(200):
+            if not alive:
+                break
+            job = rng.choice(sorted(alive))
+            if state[job] in ("out", "queued"):
+                answer, _ = registry.lease(job, [(rng.choice(keys), rng.randint(1, 3))], holder=f"pid {job}")
+                ahead = [other for other in asked if other != job and other in alive and asked[other] < asked.get(job, step)]
+                if answer is None:  # only while another run starts actors, or one that asked first waits
+                    assert ahead or any(state[other] == "starting" for other in alive if other != job), (job, state)
+                    asked.setdefault(job, step)
+                    state[job] = "queued"
+                else:
+                    assert not ahead and all(state[other] != "starting" for other in alive if other != job), (job, state)
+                    asked.pop(job, None)
+                    names[job] = [name for idle, new in answer for name in idle + new]
+                    state[job] = "starting" if any(new for _, new in answer) else "running"
+            elif state[job] == "starting" and rng.random() < 0.7:
+                registry.wait(job)
+                registry.done(job)  # its actors are scheduled
+                state[job] = "running"
+            elif state[job] == "running" and rng.random() < 0.5:
+                registry.give_back(names.pop(job), idle_timeout=rng.choice([0.0, 600.0]))
+                registry.done(job)
+                state[job] = "out"
+            elif rng.random() < 0.1:  # its driver dies, whatever it was doing
+                alive.discard(job)
+                asked.pop(job, None)
+                registry.status()  # the registry notices (as its thread would within 2 s)
+                assert not any(entry.job == job for entry in registry.status()) and job not in registry._queue
+                state[job] = "dead"
+            holding = {entry.job for entry in registry.status() if entry.job is not None}
+            assert holding == {other for other in alive if state[other] in ("starting", "running")}
+            assert sum(state[other] == "starting" for other in alive) <= 1
+            assert registry._turn in {None} | {other for other in alive if state[other] == "starting"}
+        alive.clear()
+    assert killed  # idle actors not taken were stopped, and so were the actors of runs that died

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.registry import mechanism_class
 from protocols.secure_aggregation import SecAggServer
 from simulator.actors import SiloWorker
 from simulator.cluster import Capacity, worker_count
@@ -78,7 +77,7 @@ def test_a_silo_reaches_nothing_of_another_silo_in_its_worker(ray_local):
     worker = SiloWorker(num_cpus=1)  # the actor's class, in this process: the test walks its objects
     worker.host(specs=specs, features=digits.x_train, labels=digits.y_train, scenario=scenario,
                 feature_shape=digits.feature_shape, num_classes=10)
-    mechanism = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params)
+    mechanism = scenario.mechanism.build()
     server = server_protocol(scenario, mechanism, num_silos=2, num_users=None, length=0)  # dp_sgd brings no protocol: SecAgg+
     assert isinstance(server, SecAggServer)
     inbound: dict = {}

@@ -177,6 +177,7 @@ class DpFedAvg(Mechanism):
     name = "dp_fedavg"
     privacy_unit = "client"
     Params = DpFedAvgParams
+    audit_units = ("client",)
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         if self.params.noise == "distributed":

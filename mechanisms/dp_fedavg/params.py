@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -67,6 +67,15 @@ class DpFedAvgParams(MechanismParams):
             why = f"it sets adaptive clipping; clipping is '{self.clipping}'"
             inert.update(target_quantile=why, clip_learning_rate=why, clipped_count_stddev=why)
         return inert
+
+    def audit_refusal(self, *, client_rate: float) -> tuple[str, Any, str] | None:
+        if self.noise == "distributed":
+            return ("mechanism.noise", "distributed", "client canaries are implemented for noise 'central' only; "
+                    "audit that (the claim of distributed noise is the same Gaussian's, for the sum)")
+        if client_rate < 1.0:
+            return ("federation.client_rate", client_rate, "a dp_fedavg audit's canary clients "
+                    "ride with their host silo, not sampled on their own as the claim's amplification assumes: set it to 1.0")
+        return None
 
     def needs_secure_aggregation(self) -> bool:
         """Distributed noise: each silo adds a share, which protects only the sum of the uploads."""

@@ -16,14 +16,25 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from mechanisms.base import Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
+from mechanisms.base import TRAINED_PARAMETERS, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
 from mechanisms.dprivacy.ifca import IfcaServer
 from mechanisms.dprivacy.params import Calibration, DPrivacyParams
 
 HYPOTHESIS_PUBLIC = "which hypothesis each upload trained (its cluster): the leakage bound covers uploads of the same hypothesis"
 UPDATE_NORM_PUBLIC = "each upload's update norm ||delta|| (calibration 'paper' scales the noise by it)"
+
+# What an audit's claims say (``audit.json``), by calibration; see ``DPrivacy.audit_claims``.
+CLAIM_NOTES = {
+    "clipped": ("d-privacy leakage (Galli et al. 2023, Theorem 3.1) of the hosts' clients: a bound for replacing a "
+                "client's clipped update by another within R of the same hypothesis, summed over participations"),
+    "paper": ("calibration 'paper': the paper's leakage figures, no guarantee (the noise scale reveals ||delta||); "
+              "no claimed epsilon"),
+}
+CLAIM_MISMATCH = ("the leakage bounds replacing one client's clipped update by another; this audit adds or removes a "
+                  "canary client (an excluded canary uploads nothing), a different neighbouring relation, so its bound "
+                  "is set against a claim the claim does not make: a bound above the leakage would not by itself refute it")
 
 
 class DPrivacy(Mechanism):
@@ -35,6 +46,10 @@ class DPrivacy(Mechanism):
     needs_individual_contributions = True
     supports_regression = True
     personalised = True
+    # theta_j + delta' + noise (Galli et al. 2023, Algorithm 2), delta' clipped to the radius (params.update_clip_norm)
+    upload_form = TRAINED_PARAMETERS
+    trains_local_epochs = True
+    audit_units = ("client",)
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         from mechanisms.dprivacy.silo import DPrivacySilo  # torch-side code, imported by the silos only
@@ -51,6 +66,24 @@ class DPrivacy(Mechanism):
         from mechanisms.dprivacy.accountant import LeakageAccountant
 
         return LeakageAccountant(calibration=self.params.calibration, nu=self.params.nu)
+
+    @classmethod
+    def audit_claims(cls, privacy: Mapping[str, Any], hosts: Sequence[str]) -> dict[str, Any]:
+        """No (epsilon, delta) claim: d-privacy's leakage figures of the hosts' clients (Galli et al. 2023, Theorem
+        3.1), the largest over ``hosts``. Under ``clipped`` they bound telling apart two clipped updates of the same
+        hypothesis, and the per-client total is the headline ``claimed_epsilon``; under ``paper`` they are no
+        guarantee, so there is none. The audit adds or removes canary clients: ``claim_mismatch`` says so."""
+        leakage = privacy["leakage"]
+        clients = [leakage["per_client"][key] for key in hosts if key in leakage["per_client"]]
+        total = max((client["total"] for client in clients), default=None)
+        return {
+            "claimed_epsilon": total if leakage["calibration"] == "clipped" else None,
+            "claimed_leakage_per_client": total,
+            "claimed_leakage_per_participation": max(
+                (client["per_participation"] for client in clients if client["participations"]), default=None),
+            "claim_note": CLAIM_NOTES[leakage["calibration"]],
+            "claim_mismatch": CLAIM_MISMATCH,
+        }
 
     @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str:

@@ -58,6 +58,9 @@ class DPrivacyParams(MechanismParams):
             raise ValueError("radius: calibration 'paper' scales the noise by ||delta|| and uses no radius; remove it")
         return self
 
+    def update_clip_norm(self) -> float | None:
+        return self.radius
+
     def check_federation(self, federation: FederationShape) -> None:
         if self.hypotheses > federation.num_silos:
             raise ValueError(f"hypotheses: must not exceed the number of clients data.silos = {federation.num_silos}")

@@ -27,7 +27,7 @@ privacy events: the accountant accounts the real clients only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -97,6 +97,20 @@ class Pldp(Mechanism):
     name = "pldp"
     privacy_unit = "client"
     Params = PldpParams
+    # Not attackable: the upload has the weighted-delta form, but each coordinate is clamped to its safe range and
+    # PDPM then replaces it by one of three values about the range's length L apart whatever the budget.
+    audit_units = ("client",)
+
+    @classmethod
+    def audit_claims(cls, privacy: Mapping[str, Any], hosts: Sequence[str]) -> dict[str, Any]:
+        """A canary client takes its host's eps_i, range and coordinates, so its claims are its host's: the largest
+        over ``hosts`` of ``claimed_epsilon_per_client`` (pure LDP, basic composition over the coordinates and the
+        participations: a guarantee) and ``claimed_epsilon_per_coordinate`` (the paper's figure: not a guarantee for
+        a client), Shen et al. 2023 (see ``mechanisms.pldp.accountant``)."""
+        return {
+            "claimed_epsilon_per_client": _largest(privacy["epsilon_per_client"], hosts),
+            "claimed_epsilon_per_coordinate": _largest(privacy["epsilon_per_coordinate"], hosts),
+        }
 
     @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str:
@@ -123,3 +137,8 @@ class Pldp(Mechanism):
         from mechanisms.pldp.plots import plot_epsilon_per_client  # matplotlib: only where a run writes its files
 
         plot_epsilon_per_client(privacy, path=directory / "epsilon_per_client.png")
+
+
+def _largest(per_client: Mapping[str, float | None], keys: Sequence[str]) -> float | None:
+    """The largest figure of the clients ``keys`` (a lower bound on a pool is at most its largest member's epsilon)."""
+    return max((per_client[key] for key in keys if per_client.get(key) is not None), default=None)

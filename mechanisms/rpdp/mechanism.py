@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from mechanisms.base import (
+    WEIGHTED_DELTA,
     GlobalState,
     Mechanism,
     MechanismParams,
@@ -78,6 +79,15 @@ class RpdpParams(MechanismParams):
 
     def clips_record_gradients(self) -> bool:
         return True
+
+    def audit_refusal(self, *, client_rate: float) -> tuple[str, Any, str] | None:
+        """rPDP's audit is per privacy level: the canaries need budgets of a few discrete levels and rPDP's own rates."""
+        if self.variant != "rpdp":
+            return ("mechanism.variant", self.variant, "audits of rpdp run its own variant 'rpdp' (the baselines' rates are not per budget)")
+        if self.budgets.get("distribution") != "three_levels":
+            return ("mechanism.budgets", self.budgets.get("distribution"),
+                    "an rpdp audit bounds each privacy level apart: use distribution three_levels")
+        return None
 
     @field_validator("budgets")
     @classmethod
@@ -207,6 +217,9 @@ class Rpdp(Mechanism):
     name = "rpdp"
     privacy_unit = "record"
     Params = RpdpParams
+    upload_form = WEIGHTED_DELTA  # each record's gradient clipped to the public max_grad_norm, plus noise
+    audit_units = ("record",)
+    personal_budgets = True
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         if self.params.variant == "privacy_free":

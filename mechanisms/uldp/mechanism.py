@@ -66,6 +66,8 @@ class Uldp(Mechanism):
     Params = UldpParams
     needs_users = True
     needs_every_silo = True
+    # Not attackable: the upload sums per-user clipped deltas with per-user weights, which the attack does not model.
+    audit_units = ("user",)
 
     def silo(self, context: SiloContext) -> SiloMechanism:
         from mechanisms.uldp.silo import build_silo  # torch-side code, imported by the silos only

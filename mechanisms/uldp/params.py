@@ -1,11 +1,13 @@
 """YAML parameters of the ``uldp`` mechanism (validated; no torch here)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mechanisms.base import MechanismParams, pld_needs_its_smallest_delta
+
+AUDITED_VARIANTS = ("avg", "avg_w", "sgd")  # an audit's canary users are per-user clipped deltas
 
 
 class UldpParams(MechanismParams):
@@ -37,6 +39,16 @@ class UldpParams(MechanismParams):
     """`weighting: private`: the public bound N_max on any user's records across silos; lcm(1..N_max) must fit the key (at most 1,320 for 2,048 bits, 2,038 for 3,072); a run whose data has a user above it stops (exit 2)."""
     accountant: Literal["rdp", "pld"] = "rdp"
     """`rdp` (Renyi DP) or `pld` (privacy loss distributions via Google's dp_accounting: a tighter upper bound, reported as `epsilon` beside the RDP figure, `epsilon_rdp` and `epsilon_pld`); `pld` is refused with variant `group`, whose group privacy is a statement about RDP."""
+
+    def audit_refusal(self, *, client_rate: float) -> tuple[str, Any, str] | None:
+        """Canary users are per-user clipped deltas: the per-user variants, with weights computed in the clear."""
+        if self.variant not in AUDITED_VARIANTS:
+            return ("mechanism.variant", self.variant,
+                    f"uldp audits insert canary users into per-user training: use {', '.join(AUDITED_VARIANTS)}")
+        if self.weighting != "plain":
+            return ("mechanism.weighting", self.weighting,
+                    "an audit weights its canary users in the clear: use plain (the private weighting protocol releases the same sum)")
+        return None
 
     def clips_record_gradients(self) -> bool:
         """GROUP-k runs record-level DP-SGD; the other variants clip per-user model deltas."""

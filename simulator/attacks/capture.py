@@ -14,7 +14,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.attacks.config import CLIPPING_MECHANISMS, UPDATE_CLIPPING_MECHANISMS
 from simulator.attacks.inversion import check_has_gradients
 from simulator.attacks.observation import Observation
 from simulator.attacks.targets import check_target, local_steps_run
@@ -55,6 +54,7 @@ def make_observation(
         payload=payload,
         hypotheses=tuple(np.asarray(h, dtype=np.float64) for h in hypotheses),
         mechanism=name,
+        upload_form=scenario.mechanism.plugin.upload_form,
         model=scenario.model.name,
         feature_shape=tuple(dataset.feature_shape),
         num_classes=dataset.num_classes,
@@ -62,8 +62,8 @@ def make_observation(
         local_steps=local_steps_run(scenario),
         batch_size=fed.batch_size,
         silo_records=silo_records,
-        max_grad_norm=params.max_grad_norm if name in CLIPPING_MECHANISMS else None,
-        max_update_norm=params.radius if name in UPDATE_CLIPPING_MECHANISMS else None,
+        max_grad_norm=params.max_grad_norm if params.clips_record_gradients() else None,
+        max_update_norm=params.update_clip_norm(),
         fractional_bits=scenario.protocol.fractional_bits,
     )
 

@@ -5,7 +5,7 @@ knows what it broadcast and the public settings of the federation. :class:`Obser
 records the silo actually trained on (the ground truth of an attack report) live elsewhere
 (:class:`simulator.attacks.runner.GroundTruth`) and never enter an observation.
 
-The upload is read by its mechanism's form (:data:`simulator.attacks.config.UPLOAD_FORMS`) into a
+The upload is read by its mechanism's form (``Mechanism.upload_form``, `mechanisms.base`) into a
 :class:`ModelChange`: which broadcast hypothesis the silo trained and the model change ``delta``. FedAvg's
 ``[weight x delta, weight]`` (McMahan et al. 2017) has one hypothesis and gives ``delta`` after division by the
 weight; d-privacy's parameters ``theta_j + delta' + noise`` (Galli et al., ICISSP 2023) do not say j, so the
@@ -20,7 +20,7 @@ import numpy as np
 
 from protocols.plain import PlainVector
 from protocols.secure_aggregation import MaskedVector
-from simulator.attacks.config import PARAMETERS, UPLOAD_FORMS, WEIGHTED_DELTA
+from mechanisms.base import TRAINED_PARAMETERS, WEIGHTED_DELTA
 from simulator.errors import ScenarioError
 
 
@@ -56,7 +56,7 @@ class UploadReading:
 
 UPLOAD_READINGS: dict[str, UploadReading] = {
     WEIGHTED_DELTA: UploadReading(1, "a model delta with its weight", delta_of_weighted_upload),
-    PARAMETERS: UploadReading(0, "the model's parameters", delta_of_uploaded_parameters),
+    TRAINED_PARAMETERS: UploadReading(0, "the model's parameters", delta_of_uploaded_parameters),
 }
 
 
@@ -67,7 +67,8 @@ class Observation:
     ``payload``: the server-inbox message (a ``PlainVector``, or a ``MaskedVector`` under secure aggregation);
     ``hypotheses``: the global state the server broadcast that round, one flat float64 vector per hypothesis
     (``model_to_vector`` order; one for every mechanism but d-privacy with k > 1);
-    ``mechanism``, ``model``, ``feature_shape``, ``num_classes``: the scenario's public choices;
+    ``mechanism``, ``model``, ``feature_shape``, ``num_classes``: the scenario's public choices; ``upload_form``:
+    the mechanism's (``Mechanism.upload_form``);
     ``lr``, ``local_steps``, ``batch_size``: the silo's local SGD settings (``local_steps``: the steps it runs,
     one per epoch for d-privacy's ``local_epochs`` on a silo of one batch); ``silo_records``: the silo's record
     count (``placement``; FedAvg's upload carries it as its weight): with at most ``batch_size`` records every
@@ -80,6 +81,7 @@ class Observation:
     payload: Any
     hypotheses: tuple[np.ndarray, ...]
     mechanism: str
+    upload_form: str
     model: str
     feature_shape: tuple[int, ...]
     num_classes: int
@@ -112,7 +114,7 @@ class Observation:
 
     def model_change(self) -> ModelChange:
         """The upload read by its mechanism's form; refuses (exit 2) an upload of another length."""
-        reading = UPLOAD_READINGS[UPLOAD_FORMS[self.mechanism]]
+        reading = UPLOAD_READINGS[self.upload_form]
         vector, size = self.uploaded_vector(), self.hypotheses[0].size
         if vector.size != size + reading.extra_values:
             raise ScenarioError(

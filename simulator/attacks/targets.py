@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.attacks.config import EPOCH_MECHANISMS
 from simulator.errors import ScenarioError
+from simulator.scenario import attacked_epochs
 
 if TYPE_CHECKING:
     from simulator.data.types import Dataset
@@ -13,9 +13,9 @@ if TYPE_CHECKING:
 
 
 def local_steps_run(scenario: Scenario) -> int:
-    """The SGD steps of a silo's local training: ``federation.local_steps``, or for d-privacy with
-    ``mechanism.local_epochs`` E one step per epoch (the scenario's checks confine it to silos of one batch)."""
-    epochs = scenario.mechanism.params.local_epochs if scenario.mechanism.name in EPOCH_MECHANISMS else None
+    """The SGD steps of a silo's local training: ``federation.local_steps``, or for a mechanism that trains epochs
+    (d-privacy) with ``mechanism.local_epochs`` E one step per epoch (the scenario's checks confine it to silos of one batch)."""
+    epochs = attacked_epochs(scenario)
     return scenario.federation.local_steps if epochs is None else epochs
 
 

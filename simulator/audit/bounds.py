@@ -19,16 +19,17 @@ with ``q = e^epsilon / (1 + e^epsilon)`` the accuracy of epsilon-DP randomized r
 arXiv:2410.22235): the same game and guesses, tested against a stronger null hypothesis, "the mechanism is
 mu-Gaussian-DP with respect to each canary" (its trade-off function ``f_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``,
 Dong, Roth and Su 2022). The paper bounds the chance of ``c`` or more correct of ``k`` guesses under an f-DP
-mechanism by a recursion over the correct guesses (:func:`gdp_rejects`), which uses the whole trade-off curve
-rather than one (epsilon, delta) point of it, and so rejects more. :func:`fdp_one_run_audit` returns the largest
+mechanism by a recursion over the correct guesses (`gdp_rejects`), which uses the whole trade-off curve
+rather than one (epsilon, delta) point of it, and so rejects more. `fdp_one_run_audit` returns the largest
 mu rejected: the audited mechanism is not mu-GDP, at the confidence. It is reported in mu only, to be set against
-the mechanism's own mu* (:mod:`mechanisms.gdp`): a mechanism that meets an (epsilon, delta) claim can have a mu*
-whose epsilon at delta lies above the claim, so mu's epsilon is no lower bound on the (epsilon, delta) claim.
+the mechanism's own mu* ([`mechanisms.gdp`][mechanisms.gdp]): a mechanism that meets an (epsilon, delta) claim
+can have a mu* whose epsilon at delta lies above the claim, so mu's epsilon is no lower bound on the (epsilon,
+delta) claim.
 
 **Ceilings.** Given how many canaries were included, perfectly separated scores give every guess count the most
-correct guesses it can have (``min(k_plus, included) + min(k_minus, excluded)``, :func:`reachable_correct`), and so
-the largest bound of that run: the ``ceiling`` of :func:`one_run_audit` and the ``ceiling_mu`` of
-:func:`fdp_one_run_audit`. :func:`epsilon_ceiling` without ``included`` is the largest over every inclusion count,
+correct guesses it can have (``min(k_plus, included) + min(k_minus, excluded)``, `reachable_correct`), and so
+the largest bound of that run: the ``ceiling`` of `one_run_audit` and the ``ceiling_mu`` of
+`fdp_one_run_audit`. `epsilon_ceiling` without ``included`` is the largest over every inclusion count,
 reached only where about half the canaries were included.
 
 **Estimate** (Andrew, Kairouz, Oh, Oprea, McMahan and Suriyakumar, "One-shot Empirical Privacy Estimation for
@@ -86,7 +87,7 @@ class AuditBound:
 
 @dataclass(frozen=True)
 class GdpAuditBound:
-    """The result of :func:`fdp_one_run_audit`: with probability at least ``confidence`` over the canaries'
+    """The result of `fdp_one_run_audit`: with probability at least ``confidence`` over the canaries'
     inclusion coins, the audited mechanism is not mu-GDP for any mu < ``mu`` (a statement in mu, to be set against the
     mechanism's own mu*, not a bound on its (epsilon, delta))."""
 
@@ -172,9 +173,9 @@ def reachable_correct(m: int, included: int, k: int) -> int:
 
 def epsilon_ceiling(m: int, delta: float, confidence: float, guess_counts: Sequence[int] | None = None,
                     included: int | None = None) -> float:
-    """The largest bound :func:`one_run_audit` can return for ``m`` canaries at ``delta`` and ``confidence`` with these
-    guess counts (default :func:`default_guess_counts`) when ``included`` of them were included: perfectly
-    separated scores (:func:`reachable_correct`), the best count taken. A claim above it cannot be refuted by that
+    """The largest bound `one_run_audit` can return for ``m`` canaries at ``delta`` and ``confidence`` with these
+    guess counts (default `default_guess_counts`) when ``included`` of them were included: perfectly
+    separated scores (`reachable_correct`), the best count taken. A claim above it cannot be refuted by that
     run whatever the scores; a bound below a claim never confirms it either (an audit only ever rejects). Without
     ``included``: the largest over every inclusion count (every guess right, ``v = r``), which a run reaches only
     where about half its canaries were included."""
@@ -281,11 +282,11 @@ def _cumulative_correct(scores: np.ndarray, included: np.ndarray) -> tuple[np.nd
 _STANDARD_NORMAL = NormalDist()  # pure-Python cdf and inverse cdf: faster than scipy's on scalars
 
 MU_TOLERANCE = 1e-4
-"""Bisection tolerance of :func:`gdp_mu_lower_bound` (the bound is the bracket's lower end, rounded down: at most
+"""Bisection tolerance of `gdp_mu_lower_bound` (the bound is the bracket's lower end, rounded down: at most
 1e-4 below the largest mu rejected, some 1e-3 in epsilon)."""
 
 MU_SEARCH_LIMIT = 64.0
-"""The largest mu :func:`gdp_mu_lower_bound` tries (a mu-GDP mechanism with mu = 64 has epsilon above 2,000 at any
+"""The largest mu `gdp_mu_lower_bound` tries (a mu-GDP mechanism with mu = 64 has epsilon above 2,000 at any
 delta above 1e-300): beyond it the guesses are treated as if no privacy at all were claimed."""
 
 
@@ -318,7 +319,7 @@ def _inverse_blow_up(r: float, mu: float) -> float:
 
 
 def gdp_mu_lower_bound(m: int, k: int, c: int, confidence: float, *, at_least: float = 0.0) -> float:
-    """The largest mu whose null "mu-GDP" :func:`gdp_rejects` rejects at ``1 - confidence`` (0 where even mu = 0 is
+    """The largest mu whose null "mu-GDP" `gdp_rejects` rejects at ``1 - confidence`` (0 where even mu = 0 is
     not rejected): bisection, the rejection being monotone in mu (a larger mu lowers the inverse blow-up, so ``h``
     and ``r`` rise less); the lower end of the final bracket is returned, so the bound is itself rejected. With
     ``at_least`` (a bound already found), ``at_least`` is returned unless this count rejects more (a short cut)."""
@@ -348,7 +349,7 @@ def fdp_one_run_audit(
     guess_counts: Sequence[int] | None = None,
 ) -> GdpAuditBound:
     """Mahloujifar et al.'s f-DP one-run audit for the null "mu-GDP per canary", with the guesses of
-    :func:`one_run_audit` (the same grid fixed in advance, Bonferroni over it, symmetric "in"/"out" guesses: a
+    `one_run_audit` (the same grid fixed in advance, Bonferroni over it, symmetric "in"/"out" guesses: a
     mu-GDP trade-off function is symmetric and both directions of add/remove are mu-GDP, so a wrong "out" guess is
     bounded as a wrong "in" guess is). The bound is a mu, with no epsilon: see the module docstring."""
     scores_array, included_array = _check_canary_arrays(scores, included)

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.canaries import SiloCanaries, canary_directions
-from simulator.audit.config import audit_unit
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, audit_unit
 
 AUDIT_STREAM = 0xA0D17  # the audit's seed stream, apart from every stream of the run's own seed
 
@@ -56,7 +55,7 @@ class CanaryPlan:
         included = rng.random(count) < 0.5
         hosts = rng.permutation(np.arange(count) % silos)
         extra: dict[str, np.ndarray] = {}
-        if scenario.mechanism.name == "rpdp":  # budgets drawn as the silos draw their records' budgets
+        if scenario.mechanism.plugin.personal_budgets:  # budgets drawn as the silos draw their records' budgets
             extra["budgets"] = scenario.mechanism.params.record_budgets(np.arange(count), rng)
         if audit_unit(scenario) == "user":
             every_silo = scenario.mechanism.params.variant == "avg"  # AVG weighs 1/|S| per silo: span them all for C

@@ -42,7 +42,7 @@ BASES = {
 
 
 def mu_star_basis(mechanism: str) -> str:
-    """What :func:`mechanism_mu` computes mu* from for ``mechanism`` (``gdp_mu_star_basis`` in audit.json)."""
+    """What `mechanism_mu` computes mu* from for ``mechanism`` (``gdp_mu_star_basis`` in audit.json)."""
     return BASES.get(mechanism, "none: not computed for this mechanism")
 
 

@@ -23,15 +23,13 @@ import numpy as np
 
 from simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one_run_audit
 from simulator.audit.canaries import CanaryPlan
-from simulator.audit.client_claims import client_claims
-from simulator.audit.config import audit_unit, audit_view
 from simulator.audit.directions import dirac_coordinates
 from simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
 from simulator.audit.report import AuditGroup, AuditReport
 from simulator.audit.scores import UploadLikelihoods, uploaded_changes
 from simulator.data import Dataset
 from simulator.results import RunResult
-from simulator.scenario import Scenario, resolve_scenario, with_changes
+from simulator.scenario import Scenario, audit_unit, audit_view, resolve_scenario, with_changes
 
 # The delta of the bound for a mechanism that reports none (`none`): the default delta of the DP mechanisms.
 DELTA_WITHOUT_GUARANTEE = 1e-5
@@ -83,7 +81,8 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
     for key in ("epsilon_rdp", "epsilon_pld"):
         if key in privacy:
             claims[f"claimed_{key}"] = privacy[key]
-    claims.update(client_claims(scenario.mechanism.name, privacy, hosts=np.unique(plan.hosts[plan.included])))
+    hosts = [str(int(silo)) for silo in np.unique(plan.hosts[plan.included])]
+    claims.update(scenario.mechanism.plugin.audit_claims(privacy, hosts))
     name = scenario.mechanism.name
     if plan.budgets is None:
         groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence,

@@ -5,7 +5,6 @@ from typing import Mapping, Sequence
 
 from mechanisms.base import PrivacyAccountant
 from mechanisms.events import PrivacyEvent
-from mechanisms.registry import mechanism_class
 from simulator.messages import RoundReport, SiloInfo
 from simulator.scenario import Scenario
 
@@ -19,7 +18,7 @@ def record_events(accountant: PrivacyAccountant, events_by_silo: Mapping[int, Se
 
 def start_accountant(scenario: Scenario, placement: Sequence[SiloInfo]) -> PrivacyAccountant:
     """A fresh run's accountant: the mechanism's, with every silo enrolled and its start-up announcements recorded."""
-    accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    accountant = scenario.mechanism.build().accountant()
     accountant.enrol(info.silo_id for info in placement)
     record_events(accountant, {info.silo_id: info.events for info in placement})
     return accountant

@@ -14,7 +14,6 @@ import torch
 
 from mechanisms.base import PrivacyBudgetError, model_to_vector
 from mechanisms.canaries import SiloCanaries
-from mechanisms.registry import mechanism_class
 from protocols.fixed_point import EncodingOverflowError
 from simulator.actors import ServerActor, SiloWorker
 from simulator.cluster import ray_session
@@ -47,7 +46,7 @@ def initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.n
     """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
     single model of every one-hypothesis mechanism): the global state a run starts from, given its ``init`` seed
     (``simulator.data.silos.run_seeds``)."""
-    count = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).num_hypotheses()
+    count = scenario.mechanism.build().num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         models = [build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes) for _ in range(count)]

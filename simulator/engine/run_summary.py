@@ -7,7 +7,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mechanisms.registry import mechanism_class
 from simulator.results import RoundRecord
 from simulator.scenario import Scenario
 
@@ -16,7 +15,7 @@ def warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) -> 
     """One warning line when secure aggregation lost more silos in some round than ``protocol.dropout_rate``
     assumed (``summary.json`` lists those rounds)."""
     protocol = scenario.protocol
-    if not protocol.secure_aggregation or mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).brings_protocol():
+    if not protocol.secure_aggregation or scenario.mechanism.build().brings_protocol():
         return
     from protocols.secure_aggregation import excess_dropouts, excess_warning
 

@@ -40,7 +40,6 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from mechanisms.registry import mechanism_class
 from simulator.cluster import ActorDemand, Capacity, ray_session
 from simulator.errors import PrivsiloError, ScenarioError
 from simulator.output_dirs import RUNS_ROOT, new_directory, removed_if_unused
@@ -232,7 +231,7 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
     rpdp_runs = [(key, run_label(labels, seed)) for key, (labels, seed, scenario) in zip(keys, jobs) if _is_rpdp(scenario)]
     reference, reference_label = rpdp_runs[0] if rpdp_runs else (None, "")
     pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
-    personalised = all(mechanism_class(scenario.mechanism.name).personalised for _, _, scenario in jobs)
+    personalised = all(scenario.mechanism.plugin.personalised for _, _, scenario in jobs)
     if pending:
         def demand_for(capacity: Capacity) -> ActorDemand:
             return ActorDemand.covering(resources_needed(scenario, capacity) for _, (_, _, scenario) in pending)
@@ -299,7 +298,7 @@ def write_sweep_outputs(
         if rpdp_records is not None:
             label, records = rpdp_records
             plot_budget_vs_spent(records, run=label, path=staging / "budget_vs_spent.png")
-        plotter = mechanism_class(base.mechanism.name).sweep_plotter()
+        plotter = base.mechanism.plugin.sweep_plotter()
         if plotter is not None:
             plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
         if tracking is not None and tracking.is_dir():
@@ -484,7 +483,7 @@ def rebuild_accountant(result: Any) -> Any:
     from simulator.engine import record_events
 
     scenario = result.scenario
-    accountant = mechanism_class(scenario.mechanism.name)(scenario.mechanism.params).accountant()
+    accountant = scenario.mechanism.build().accountant()
     accountant.enrol(info.silo_id for info in result.placement)
     record_events(accountant, {info.silo_id: info.events for info in result.placement})
     for record in result.rounds:

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from mechanisms.base import load_vector_into_model, prediction_loss
-from mechanisms.registry import mechanism_class
 from simulator.data import Dataset
 from simulator.messages import RoundReport
 from simulator.models import build_scenario_model
@@ -45,7 +44,7 @@ class Evaluation:
 
 def personalised_evaluator(scenario: Scenario, dataset: Dataset, parts: Sequence[np.ndarray]) -> PersonalisedEvaluator | None:
     """The evaluator of a run whose mechanism is personalised, else None."""
-    if not mechanism_class(scenario.mechanism.name).personalised:
+    if not scenario.mechanism.plugin.personalised:
         return None
     return PersonalisedEvaluator(dataset=dataset, parts=parts, model=scenario.model)
 
