@@ -24,20 +24,22 @@ import tempfile
 import time
 from pathlib import Path
 
-import simulator.engine as engine
+import simulator.engine.checkpoints as checkpoints
 from round_parts import loadavg, local_ray, median
+from simulator.engine import Federation, run
 from simulator.checkpoint import checkpoint_path
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "mnist_dpsgd.yaml"
 
 
 class Probe:
-    """Times ``Federation.checkpoint_state`` and ``write_checkpoint`` in this process, and notes the file's size."""
+    """Times ``Federation.checkpoint_state`` and ``write_checkpoint`` (as the round loop's checkpoint step,
+    ``simulator.engine.checkpoints.save_checkpoint``, calls them) in this process, and notes the file's size."""
 
     def __init__(self) -> None:
         self.state = self.write = 0.0
         self.file_bytes = self.silo_bytes = 0
-        original_state, original_write = engine.Federation.checkpoint_state, engine.write_checkpoint
+        original_state, original_write = Federation.checkpoint_state, checkpoints.write_checkpoint
 
         def checkpoint_state(federation):  # noqa: ANN001, ANN202
             started = time.perf_counter()
@@ -52,8 +54,8 @@ class Probe:
             self.write += time.perf_counter() - started
             self.file_bytes = os.path.getsize(checkpoint_path(directory))
 
-        engine.Federation.checkpoint_state = checkpoint_state
-        engine.write_checkpoint = write_checkpoint
+        Federation.checkpoint_state = checkpoint_state
+        checkpoints.write_checkpoint = write_checkpoint
 
     def reset(self) -> None:
         self.state = self.write = 0.0
@@ -62,7 +64,7 @@ class Probe:
 def measure(every: int, overrides: list[str], probe: Probe) -> dict:
     probe.reset()
     with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp:
-        result = engine.run(SCENARIO, out_dir=Path(tmp) / "run", overrides=[*overrides, f"checkpoint.every={every}"])
+        result = run(SCENARIO, out_dir=Path(tmp) / "run", overrides=[*overrides, f"checkpoint.every={every}"])
     t, rounds = result.timing, len(result.rounds)
     loop = t["total_seconds"] - t["data_seconds"] - t["workers_seconds"] - t["protocol_setup_seconds"]
     return {"loop": loop / rounds, "training": t["training_seconds"] / rounds, "setup": t["protocol_setup_seconds"],

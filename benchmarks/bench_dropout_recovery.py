@@ -31,7 +31,7 @@ import time
 
 import ray
 
-from round_parts import loadavg, local_ray, median, use_timed_server
+from round_parts import TimedServer, loadavg, local_ray, median
 from simulator.engine import Federation
 
 WORKERS = 10
@@ -63,7 +63,7 @@ def scenario(silos: int, graph: str, fraction: float | None, *, at: str, dropout
 
 
 def measure(raw: dict) -> dict:
-    with Federation(raw) as federation:
+    with Federation(raw, server_actor=TimedServer) as federation:
         federation.run_round(0)
         started = time.perf_counter()
         report = federation.run_round(1)
@@ -92,7 +92,6 @@ def main() -> None:
     parser.add_argument("--dropout-rate", type=float, default=0.3)
     parser.add_argument("--no-faults-baseline", action="store_true")
     args = parser.parse_args()
-    use_timed_server()
     fractions = ([None] if args.no_faults_baseline else []) + [f for f in args.fractions if f != 0.0]
     fractions = [0.0] + fractions  # the baseline comes first in every repeat
     print(f"load average at the start {loadavg()}", flush=True)

@@ -29,7 +29,7 @@ from protocols.plain import PlainSumServer
 from simulator.actors import ServerActor
 from simulator.data import load_dataset
 from simulator.data.silos import partition_silos, run_seeds
-from simulator.engine import Federation, _initial_state
+from simulator.engine import Federation, initial_state
 from simulator.messages import RoundBroadcast
 from simulator.scenario import validate_scenario
 from simulator.silo import Silo, SiloSpec
@@ -52,7 +52,7 @@ class SingleProcessFederation:
         ]
         self.server = ServerActor(num_cpus=0)
         self.server.open(workers=(), test_features=dataset.x_test, test_labels=dataset.y_test,
-                         initial_state=_initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common)
+                         initial_state=initial_state(scenario, dataset, seeds["init"]), seed=seeds["server"], **common)
         torch.set_num_threads(threads)  # after ServerActor, which sets torch's threads to its CPU share
         self.protocol = PlainSumServer()
         self.participants = tuple(range(len(self.silos)))

@@ -28,7 +28,7 @@ import time
 
 import ray
 
-from round_parts import loadavg, local_ray, median, use_timed_server, view_bytes
+from round_parts import TimedServer, loadavg, local_ray, median, view_bytes
 from simulator.engine import Federation
 
 KEY_STAGES = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES")
@@ -65,7 +65,7 @@ def actor_cpu_seconds(federation: Federation) -> float:
 def measure(silos: int, graph: str, *, local_steps: int) -> dict:
     """One federation: start-up, then two rounds; the second is measured."""
     started = time.perf_counter()
-    with Federation(scenario(silos, graph, local_steps=local_steps)) as federation:
+    with Federation(scenario(silos, graph, local_steps=local_steps), server_actor=TimedServer) as federation:
         entered = time.perf_counter()
         first = time.perf_counter()
         federation.run_round(0)
@@ -99,7 +99,6 @@ def main() -> None:
     parser.add_argument("--all-up-to", type=int, default=1000)
     parser.add_argument("--local-steps", type=int, default=20)
     args = parser.parse_args()
-    use_timed_server()
     print(f"load average at the start {loadavg()}", flush=True)
     rows = []
     with local_ray(2):

@@ -38,7 +38,7 @@ import simulator  # noqa: F401  (Ray environment)
 from mechanisms.per_sample import noisy_sgd_steps
 from simulator.data import load_dataset
 from simulator.data.silos import partition_silos, run_seeds
-from simulator.engine import Federation, _initial_state
+from simulator.engine import Federation, initial_state
 from simulator.messages import RoundBroadcast
 from simulator.models import build_model, evaluate_model
 from simulator.scenario import validate_scenario
@@ -123,7 +123,7 @@ def measure(device: torch.device, *, repeats: int, steps: tuple[int, int], threa
     print(f"  plain PyTorch DP-SGD step {plain_step * 1e3:.2f} ms; privsilo's step in a plain loop {own_step * 1e3:.2f} ms",
           flush=True)
 
-    initial = _initial_state(raw[few], dataset, seeds["init"])
+    initial = initial_state(raw[few], dataset, seeds["init"])
     in_process = {}
     for s in steps:
         silo = Silo(SiloSpec(silo_id=0, record_ids=records, seed=seeds["silos"][0]), features=dataset.x_train[records],

@@ -57,7 +57,7 @@ def export_workload(raw: dict, path: Path) -> None:
     """The data split, initial weights and settings privsilo runs with, for the Flower side."""
     from simulator.data import load_dataset
     from simulator.data.silos import partition_silos, run_seeds
-    from simulator.engine import _initial_state
+    from simulator.engine import initial_state
     from simulator.scenario import validate_scenario
 
     config = validate_scenario(raw)
@@ -65,7 +65,7 @@ def export_workload(raw: dict, path: Path) -> None:
     seeds = run_seeds(config.seed, config.data.silos)
     parts = partition_silos(config, dataset, np.random.default_rng(seeds["partition"]))
     offsets = np.cumsum([0] + [len(indices) for indices in parts])
-    (initial,) = _initial_state(config, dataset, seeds["init"])
+    (initial,) = initial_state(config, dataset, seeds["init"])
     fed = config.federation
     np.savez(
         path, x_train=dataset.x_train, y_train=dataset.y_train, order=np.concatenate(parts), offsets=offsets,

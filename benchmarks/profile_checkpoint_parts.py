@@ -21,7 +21,7 @@ import torch
 from simulator.actors import ServerActor
 from simulator.data.sources import scenario_dataset
 from simulator.data.silos import run_seeds, silo_records
-from simulator.engine import _initial_state
+from simulator.engine import initial_state
 from simulator.messages import RoundBroadcast
 from simulator.scenario import resolve_scenario
 from simulator.silo import Silo, SiloSpec
@@ -52,7 +52,7 @@ def main() -> None:
     silo = Silo(SiloSpec(silo_id=0, record_ids=parts[0], seed=seeds["silos"][0]), features=dataset.x_train[parts[0]],
                 labels=dataset.y_train[parts[0]], scenario=scenario, feature_shape=dataset.feature_shape,
                 num_classes=dataset.num_classes, device=torch.device("cpu"))
-    state = _initial_state(scenario, dataset, seeds["init"])
+    state = initial_state(scenario, dataset, seeds["init"])
     started = time.perf_counter()
     update = silo.train(RoundBroadcast(round_index=0, participants=tuple(range(scenario.data.silos)), state=state))
     train_seconds = time.perf_counter() - started

@@ -2,9 +2,10 @@
 session the script owns, a server actor that times the parts of its round, and the bytes the server received.
 
 ``TimedServer`` is the engine's ``ServerActor`` with ``run_round`` wrapped (measurement only, nothing else
-changes): it notes the wall seconds of each of the round's calls to the silo workers (the protocol's per-round
-stages, local training with protection, the unmasking answers) and of the server's own protocol work between
-them (relaying each stage, computing the unmasking requests). ``use_timed_server()`` makes ``Federation`` lease it.
+changes): it notes the wall seconds of each of the round's calls to the silo workers (``WorkerCalls.each``: the
+protocol's per-round stages, local training with protection, the unmasking answers) and of the server's own
+protocol work between them (relaying each stage, computing the unmasking requests). ``Federation(scenario,
+server_actor=TimedServer)`` leases it.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import ray
 
 import simulator  # noqa: F401  (Ray environment)
 import simulator.actors as actors
-import simulator.engine as engine
 from simulator.actors import ServerActor
 
 
@@ -30,7 +30,7 @@ class TimedServer(ServerActor):
     def run_round(self, round_index: int):  # noqa: ANN201 (RoundReport)
         parts: list[tuple[str, float]] = []
         names = [getattr(stage, "name", str(stage)) for stage in self.protocol.round_stages] + ["train+protect", "unmask answers"]
-        original_each = actors._WorkerCalls.each
+        original_each = actors.WorkerCalls.each
         protocol = self.protocol
 
         def each(calls: Any, silo_ids: Sequence[int], call: Any) -> Any:
@@ -50,14 +50,14 @@ class TimedServer(ServerActor):
                     parts.append((f"server {name}", time.perf_counter() - started))
             return wrapper
 
-        actors._WorkerCalls.each = each
+        actors.WorkerCalls.each = each
         protocol.begin_round = timed("begin_round", type(protocol).begin_round.__get__(protocol))
         protocol.round_relay = timed("relay", type(protocol).round_relay.__get__(protocol))
         protocol.unmask_requests = timed("unmask_requests", type(protocol).unmask_requests.__get__(protocol))
         try:
             return super().run_round(round_index)
         finally:
-            actors._WorkerCalls.each = original_each
+            actors.WorkerCalls.each = original_each
             for name in ("begin_round", "round_relay", "unmask_requests"):
                 protocol.__dict__.pop(name, None)  # the protocol pickles again (server snapshots)
             self.parts = parts
@@ -68,11 +68,6 @@ class TimedServer(ServerActor):
         for name, seconds in getattr(self, "parts", ()):
             summed[name] = summed.get(name, 0.0) + seconds
         return summed
-
-
-def use_timed_server() -> None:
-    """Make ``simulator.engine.Federation`` lease ``TimedServer`` actors instead of ``ServerActor``."""
-    engine.ServerActor = TimedServer
 
 
 @contextlib.contextmanager

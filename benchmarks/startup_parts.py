@@ -28,9 +28,9 @@ def start_cluster(cpus: int):
 
 STEPS = {
     "interpreter": "pass",
-    "+ import simulator.cli, simulator.engine (torch, Ray)": "import simulator.cli, simulator.engine",
-    "+ import simulator.reports (matplotlib)": "import simulator.cli, simulator.engine, simulator.reports",
-    "+ ray.init(address=HEAD), ray.shutdown()": ("import simulator.cli, simulator.engine, simulator.reports, ray; "
+    "+ import simulator.cli, simulator.engine (torch, Ray)": "import simulator.cli, simulator.engine.api",
+    "+ import simulator.reports (matplotlib)": "import simulator.cli, simulator.engine.api, simulator.reports",
+    "+ ray.init(address=HEAD), ray.shutdown()": ("import simulator.cli, simulator.engine.api, simulator.reports, ray; "
                                                  "ray.init(address='{address}', logging_level='ERROR'); ray.shutdown()"),
 }
 

@@ -19,33 +19,19 @@ import ray
 import torch
 
 from mechanisms.base import load_vector_into_model
-from protocols.base import ProtocolStateError, RoundAbandoned, ServerProtocol
-from protocols.plain import PlainSumServer
-from protocols.secure_aggregation import SecAggServer
+from protocols.base import ProtocolStateError, RoundAbandoned
+from simulator.engine.protocol_setup import server_protocol
 from simulator.faults import CrashPlan
 from simulator.messages import Refusal, RoundBroadcast, RoundReport, SiloInfo, SiloUpdate
 from simulator.models import build_scenario_model, evaluate_model
-from simulator.scenario import ProtocolConfig, Scenario
+from simulator.scenario import Scenario
 from simulator.secure_rng import os_entropy_generator
-from simulator.scenario import secure_aggregation_codec
 from simulator.silo import Silo, SiloSpec, deterministic_kernels
 from simulator.snapshots import dump_by_reference
 
 
 SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer")
 CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
-
-
-def _server_protocol(config: ProtocolConfig, *, num_silos: int) -> ServerProtocol:
-    """The server's protocol."""
-    if config.secure_aggregation:
-        codec = secure_aggregation_codec(config, num_silos=num_silos)
-        return SecAggServer(
-            codec=codec, min_participants=config.min_participants, threshold=config.threshold,
-            neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
-            federation=num_silos, server=config.server,
-        )
-    return PlainSumServer()
 
 
 def sample_participants(
@@ -76,7 +62,7 @@ def sample_participants(
     return tuple(int(i) for i in chosen)
 
 
-class _WorkerCalls:
+class WorkerCalls:
     """One round's calls to the silo workers, and which of them died (an injected or real crash of the process)
     or did not answer within ``timeout`` seconds (a straggler, killed so that Ray restarts it: a crash).
 
@@ -328,10 +314,8 @@ class ServerActor:
         num_users = None if scenario.data.users is None else scenario.data.users.count
         mechanism = scenario.mechanism.build()
         self.mechanism = mechanism.server_for(num_silos=self.num_silos, num_users=num_users)
-        self.protocol = mechanism.server_protocol(
-            num_silos=self.num_silos, num_users=num_users, length=self.state[0].size,
-            fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants,
-        ) or _server_protocol(scenario.protocol, num_silos=self.num_silos)
+        self.protocol = server_protocol(scenario, mechanism, num_silos=self.num_silos, num_users=num_users,
+                                        length=self.state[0].size)
         # the scenario refuses secure aggregation for these, so the protocol is plain summation
         self.individual = type(mechanism).needs_individual_contributions
         optimizer = scenario.federation.server_optimizer
@@ -373,7 +357,7 @@ class ServerActor:
             self.rng, num_silos=self.num_silos, client_rate=self.client_rate, min_participants=self.min_participants
         )
         self.uploads, self.view = {}, {}
-        calls = _WorkerCalls(self.workers, self.host_of, timeout=self.round_timeout)
+        calls = WorkerCalls(self.workers, self.host_of, timeout=self.round_timeout)
         combine_seconds, abandoned, reason = 0.0, False, ""
         if participants:
             try:
@@ -399,7 +383,7 @@ class ServerActor:
             abandoned_reason=reason,
         )
 
-    def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "_WorkerCalls") -> float:
+    def _train_and_combine(self, round_index: int, participants: tuple[int, ...], calls: "WorkerCalls") -> float:
         """The round's protocol stages, local training and combination, with whichever silos survive each step
         (see :mod:`protocols.base`); the uploads that arrived go to ``self.uploads`` (kept when the round is
         abandoned: they carry privacy events). Raises ``RoundAbandoned``; returns the seconds combining."""

@@ -31,7 +31,7 @@ CHECK_PARENT_EVERY_S = 1.0
 def _preload() -> None:
     """Import what every command of the pool imports: the :data:`PRELOADED` packages and privsilo's command line,
     engine, scenarios and reports (which choose matplotlib's backend)."""
-    for name in (*PRELOADED, "simulator.cli", "simulator.engine", "simulator.reports", "simulator.scenario"):
+    for name in (*PRELOADED, "simulator.cli", "simulator.engine.api", "simulator.reports", "simulator.scenario"):
         importlib.import_module(name)
 
 

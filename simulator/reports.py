@@ -203,7 +203,7 @@ def _secure_aggregation(result: RunResult) -> dict[str, Any]:
     if not scenario.protocol.secure_aggregation or scenario.mechanism.build().brings_protocol():
         return {}
     from protocols.secure_aggregation import run_report
-    from simulator.silo import secure_aggregation_settings
+    from simulator.engine.protocol_setup import secure_aggregation_settings
 
     settings = secure_aggregation_settings(scenario.protocol, num_silos=scenario.data.silos)
     rounds = [(r.report.round_index, len(r.report.participants), len(r.report.dropped)) for r in result.rounds]

@@ -17,12 +17,10 @@ import torch
 from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
 from mechanisms.canaries import SiloCanaries
 from mechanisms.events import PrivacyEvent
-from protocols.base import SiloProtocol
-from protocols.plain import PlainSumSilo
-from protocols.secure_aggregation import GraphSettings, SecAggSilo
+from simulator.engine.protocol_setup import silo_protocol
 from simulator.messages import RoundBroadcast, SiloUpdate
 from simulator.models import build_scenario_model
-from simulator.scenario import ProtocolConfig, Scenario, secure_aggregation_codec
+from simulator.scenario import Scenario
 from simulator.secure_rng import reseed_from_os_entropy
 from simulator.snapshots import dump_by_reference, load_by_reference
 
@@ -37,23 +35,6 @@ class SiloSpec:
     seed: int
     user_ids: np.ndarray | None = None
     canaries: SiloCanaries | None = None
-
-
-def secure_aggregation_settings(config: ProtocolConfig, *, num_silos: int) -> GraphSettings:
-    """Secure aggregation's graph, threshold and assumptions for rounds sampled from ``num_silos`` silos."""
-    return GraphSettings(config.neighbours, config.threshold, config.corrupt_fraction, config.dropout_rate, num_silos,
-                         config.server)
-
-
-def silo_protocol(config: ProtocolConfig, silo_id: int, *, num_silos: int) -> SiloProtocol:
-    if config.secure_aggregation:
-        codec = secure_aggregation_codec(config, num_silos=num_silos)
-        return SecAggSilo(
-            silo_id, codec=codec, min_participants=config.min_participants, threshold=config.threshold,
-            neighbours=config.neighbours, corrupt_fraction=config.corrupt_fraction, dropout_rate=config.dropout_rate,
-            federation=num_silos, server=config.server,
-        )
-    return PlainSumSilo(silo_id)
 
 
 def deterministic_kernels(device: torch.device) -> None:
@@ -122,9 +103,7 @@ class Silo:
             # Draws made while the mechanism was built (rPDP's budgets) are public and stay seeded; every later
             # draw (sampling, noise) comes from OS entropy that is never recorded.
             reseed_from_os_entropy(context.generator)
-        self.protocol = mechanism.silo_protocol(
-            context, fractional_bits=scenario.protocol.fractional_bits, min_participants=scenario.protocol.min_participants
-        ) or silo_protocol(scenario.protocol, spec.silo_id, num_silos=scenario.data.silos)
+        self.protocol = silo_protocol(scenario, mechanism, context, spec.silo_id)
         self._model, self._features = context.model, context.features
         self._records = {"features": context.features, "labels": context.labels}
         self._watched: list[np.ndarray] = []

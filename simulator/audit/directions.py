@@ -75,9 +75,9 @@ def _initial_model(scenario: Scenario, dataset: Dataset):
     """The run's initial global model (the first hypothesis's where there are several)."""
     from mechanisms.base import load_vector_into_model
     from simulator.data.silos import run_seeds
-    from simulator.engine import _initial_state
+    from simulator.engine import initial_state
     from simulator.models import build_scenario_model
 
     model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
-    load_vector_into_model(model, _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0])
+    load_vector_into_model(model, initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0])
     return model

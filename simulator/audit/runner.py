@@ -151,9 +151,9 @@ def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult,
         return -loss.double().numpy()
     from mechanisms.base import model_to_vector
     from simulator.data.silos import run_seeds
-    from simulator.engine import _initial_state
+    from simulator.engine import initial_state
 
-    initial = _initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])
+    initial = initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])
     # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
     sign = -1.0 if audit_unit(scenario) == "record" else 1.0
     return np.max([plan.scores(sign * (model_to_vector(model) - start)) for model, start in zip(models, initial, strict=True)], axis=0)

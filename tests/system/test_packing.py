@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.actors import SiloWorker, _server_protocol
+from protocols.secure_aggregation import SecAggServer
+from simulator.actors import SiloWorker
 from simulator.cluster import Capacity, worker_count
 from simulator.data import load_dataset
 from simulator.engine import pack_silos, run
+from simulator.engine.protocol_setup import server_protocol
 from simulator.errors import ScenarioError
 from simulator.scenario import validate_scenario
 from simulator.silo import SiloSpec
@@ -76,7 +78,9 @@ def test_a_silo_reaches_nothing_of_another_silo_in_its_worker(ray_local):
     worker = SiloWorker(num_cpus=1)  # the actor's class, in this process: the test walks its objects
     worker.host(specs=specs, features=digits.x_train, labels=digits.y_train, scenario=scenario,
                 feature_shape=digits.feature_shape, num_classes=10)
-    server = _server_protocol(scenario.protocol, num_silos=2)
+    mechanism = scenario.mechanism.build()
+    server = server_protocol(scenario, mechanism, num_silos=2, num_users=None, length=0)  # dp_sgd brings no protocol: SecAgg+
+    assert isinstance(server, SecAggServer)
     inbound: dict = {}
     for stage in server.setup_stages:  # real key agreement, so each silo holds its keys and pairwise secrets
         inbound = dict(server.relay(stage, worker.setup_reply(stage, inbound)))
