@@ -13,7 +13,8 @@ from protocols.private_weighting.server import PwpServer
 from protocols.secure_aggregation import SecAggServer, SecAggSilo
 from simulator.engine.protocol_setup import secure_aggregation_settings, server_protocol, silo_protocol
 from simulator.scenario import validate_scenario
-from tests.conftest import REPO, small_scenario, tiny_silo_context
+from tests.support.paths import REPO
+from tests.support.scenarios import small_scenario, tiny_silo_context
 
 # What modules, tests, benchmarks and docs import from simulator.engine.
 IMPORTED_FROM_THE_PACKAGE = {"run", "Federation", "RoundRecord", "RunResult", "record_events", "resolve_scenario",
