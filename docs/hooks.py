@@ -1,5 +1,5 @@
 """MkDocs hook: the build fails while the scenario reference in ``docs/reference/scenario.md`` differs from the
-one generated from the pydantic models (:func:`simulator.scenario_reference.updated_page`), so the page, readable
+one generated from the pydantic models (:func:`privsilo.simulator.scenario.reference.updated_page`), so the page, readable
 without a build, cannot drift from the code."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ PAGE = "reference/scenario.md"
 def on_page_markdown(markdown: str, *, page, config, files) -> str:  # noqa: ARG001 (MkDocs' hook signature)
     if page.file.src_uri != PAGE:
         return markdown
-    from simulator.scenario_reference import updated_page
+    from privsilo.simulator.scenario.reference import updated_page
 
     if updated_page(markdown) != markdown:
-        raise PluginError(f"docs/{PAGE} is out of date: run `python -m simulator.scenario_reference` to regenerate it")
+        raise PluginError(f"docs/{PAGE} is out of date: run `python -m privsilo.simulator.scenario.reference` to regenerate it")
     return markdown

@@ -1,1 +1,1 @@
-"""Privacy mechanisms: pure, Ray-free plug-ins behind ``mechanisms.base.Mechanism``."""
+"""Privacy mechanisms: pure, Ray-free plug-ins behind ``privsilo.mechanisms.base.Mechanism``."""

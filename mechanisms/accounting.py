@@ -1,8 +1,8 @@
 """Record-level RDP accounting of the events reported by silos (Mironov 2017; Mironov, Talwar, Zhang 2019).
 
-Each silo's [`PoissonGaussianEvent`][mechanisms.events.PoissonGaussianEvent]s are composed by adding their Renyi-DP curves of the Sampled Gaussian
-Mechanism ([`mechanisms.rdp.poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp]: exact at integer orders, checked at fractional ones) and
-converted to ``(epsilon, delta)`` by [`mechanisms.rdp.epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp] (Balle et al. 2020, Thm. 21, as
+Each silo's [`PoissonGaussianEvent`][privsilo.mechanisms.events.PoissonGaussianEvent]s are composed by adding their Renyi-DP curves of the Sampled Gaussian
+Mechanism ([`privsilo.mechanisms.rdp.poisson_gaussian_rdp`][privsilo.mechanisms.rdp.poisson_gaussian_rdp]: exact at integer orders, checked at fractional ones) and
+converted to ``(epsilon, delta)`` by [`privsilo.mechanisms.rdp.epsilon_from_rdp`][privsilo.mechanisms.rdp.epsilon_from_rdp] (Balle et al. 2020, Thm. 21, as
 Opacus' ``get_privacy_spent``; a curve no correct evaluation gives is an error), over the same orders as Opacus'
 ``RDPAccountant`` (the tests check both against Opacus, Google's dp_accounting and a 50-digit evaluation). RDP composes additively and ``k`` steps of one ``(q, sigma)`` cost ``k`` times one
 step, so the accountant computes the one-step curve once per distinct ``(q, sigma)`` and keeps a running RDP
@@ -15,7 +15,7 @@ each silo's composed epsilon. A silo that did not take part in a round reports n
 account the realised participation and claim **no** amplification from the server's sampling of silos.
 
 ``accountant="pld"`` (``mechanism.accountant: pld``) also evaluates each silo's merged history with the privacy
-loss distribution of [`mechanisms.pld`][mechanisms.pld], a tighter upper bound, and reports it as ``epsilon`` beside the RDP
+loss distribution of [`privsilo.mechanisms.pld`][privsilo.mechanisms.pld], a tighter upper bound, and reports it as ``epsilon`` beside the RDP
 figure (``epsilon_rdp``, ``epsilon_pld`` and their per-silo tables); with ``rdp`` (the default) the report is
 RDP's alone, as it always was.
 """
@@ -26,10 +26,10 @@ from numbers import Integral, Real
 from typing import Any, Iterable
 
 import numpy as np
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import PoissonGaussianEvent
-from mechanisms.pld import pld_epsilon
-from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp, poisson_gaussian_rdp
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import PoissonGaussianEvent
+from privsilo.mechanisms.pld import pld_epsilon
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp, poisson_gaussian_rdp
 
 
 def _validate_event(event: PoissonGaussianEvent) -> None:
@@ -69,8 +69,8 @@ def _finite_or_none(value: float) -> float | None:
 class RdpAccountant(PrivacyAccountant):
     """Per-silo RDP composition of Poisson-subsampled Gaussian events; epsilon = max over silos.
 
-    ``delta`` is the target of [`report`][mechanisms.accounting.RdpAccountant.report]; [`epsilon`][mechanisms.accounting.RdpAccountant.epsilon] and friends take any delta (and are RDP's). Silos
-    made known by [`enrol`][mechanisms.accounting.RdpAccountant.enrol] (the federation's silos, at start-up) are reported with epsilon 0 until they record
+    ``delta`` is the target of [`report`][privsilo.mechanisms.accounting.RdpAccountant.report]; [`epsilon`][privsilo.mechanisms.accounting.RdpAccountant.epsilon] and friends take any delta (and are RDP's). Silos
+    made known by [`enrol`][privsilo.mechanisms.accounting.RdpAccountant.enrol] (the federation's silos, at start-up) are reported with epsilon 0 until they record
     an event. ``accountant="pld"`` adds the PLD figures to the report (see the module docstring).
     """
 
@@ -138,7 +138,7 @@ class RdpAccountant(PrivacyAccountant):
         return max(self.epsilon_per_silo(delta).values(), default=0.0)
 
     def best_order(self, delta: float) -> float:
-        """RDP order attaining [`epsilon`][mechanisms.accounting.RdpAccountant.epsilon] (for the silo with the largest epsilon); nan if none applies."""
+        """RDP order attaining [`epsilon`][privsilo.mechanisms.accounting.RdpAccountant.epsilon] (for the silo with the largest epsilon); nan if none applies."""
         return self._worst(delta)[1]
 
     def _worst(self, delta: float) -> tuple[dict[int, float], float]:
@@ -150,7 +150,7 @@ class RdpAccountant(PrivacyAccountant):
         return per_silo, self._silo_epsilon_and_order(worst, delta)[1]
 
     def pld_epsilon_per_silo(self, delta: float) -> dict[int, float]:
-        """Each silo's epsilon at ``delta`` from the PLD of its merged history ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon])."""
+        """Each silo's epsilon at ``delta`` from the PLD of its merged history ([`privsilo.mechanisms.pld.pld_epsilon`][privsilo.mechanisms.pld.pld_epsilon])."""
         _validate_delta(delta)
         return {silo: pld_epsilon(tuple(history), delta) for silo, history in sorted(self._history.items())}
 
@@ -184,8 +184,8 @@ class RdpAccountant(PrivacyAccountant):
 
 def schedule_epsilon(schedule: Iterable[tuple[float, float, int]], delta: float, accountant: str) -> float:
     """Epsilon of one unit's ``(sampling rate, noise multiplier, steps)`` entries composed one after another, by
-    RDP (the curves add over entries, then [`epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp]) or by their PLD
-    ([`mechanisms.pld.pld_epsilon`][mechanisms.pld.pld_epsilon]); inf where an entry with steps has sigma 0."""
+    RDP (the curves add over entries, then [`epsilon_from_rdp`][privsilo.mechanisms.rdp.epsilon_from_rdp]) or by their PLD
+    ([`privsilo.mechanisms.pld.pld_epsilon`][privsilo.mechanisms.pld.pld_epsilon]); inf where an entry with steps has sigma 0."""
     schedule = tuple((float(q), float(sigma), int(steps)) for q, sigma, steps in schedule)
     if accountant == "pld":
         return pld_epsilon(schedule, delta)

@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Se
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
-from mechanisms.events import PrivacyEvent
+from privsilo.mechanisms.events import PrivacyEvent
 
-# torch is imported where tensors are handled: validating a scenario must not load it (see mechanisms.registry).
+# torch is imported where tensors are handled: validating a scenario must not load it (see privsilo.mechanisms.registry).
 if TYPE_CHECKING:
     import torch
 
-    from mechanisms.canaries import SiloCanaries
-    from protocols.base import ServerProtocol, SiloProtocol
+    from privsilo.mechanisms.canaries import SiloCanaries
+    from privsilo.protocols.base import ServerProtocol, SiloProtocol
 
 GlobalState = tuple[np.ndarray, ...]
 
-# ``Mechanism.upload_form``: a silo uploads ``[weight x delta, weight]`` (``mechanisms.fedavg.weighted_delta_vector``),
+# ``Mechanism.upload_form``: a silo uploads ``[weight x delta, weight]`` (``privsilo.mechanisms.fedavg.weighted_delta_vector``),
 # the model change of its local SGD steps with its weight ...
 WEIGHTED_DELTA = "weighted_delta"
 # ... or the trained parameters of one of the broadcast hypotheses, ``theta_j + delta' + noise``.
@@ -99,7 +99,7 @@ class MechanismParams(BaseModel):
 
     def update_clip_norm(self) -> float | None:
         """The public norm each silo clips its whole model change to before privatising it (e.g. d-privacy's
-        radius), or None: what an attack replays (``simulator.attacks``)."""
+        radius), or None: what an attack replays (``privsilo.simulator.attacks``)."""
         return None
 
     def audit_refusal(self, *, client_rate: float) -> tuple[str, Any, str] | None:
@@ -109,21 +109,21 @@ class MechanismParams(BaseModel):
 
     def server_optimizer_refusal(self) -> str | None:
         """Why a server optimiser (``federation.server_optimizer``) is not meaningful with these parameters, or
-        None: it needs an aggregate that is the old global state plus an update (see mechanisms.server_optimizers)."""
+        None: it needs an aggregate that is the old global state plus an update (see privsilo.mechanisms.server_optimizers)."""
         return None
 
     def proximal_term_refusal(self) -> str | None:
         """Why FedProx's proximal term (``federation.proximal_mu`` > 0) is not meaningful with these parameters, or
-        None: it needs local training that takes steps from the global model (see mechanisms.proximal)."""
+        None: it needs local training that takes steps from the global model (see privsilo.mechanisms.proximal)."""
         return None
 
 
 def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInfo) -> str:
     """A field validator for ``accountant`` (declared after ``delta``): PLD's float64 composition is not trusted
-    below ``mechanisms.pld.SMALLEST_DELTA``, so ``accountant: pld`` with a smaller delta is refused with one line.
+    below ``privsilo.mechanisms.pld.SMALLEST_DELTA``, so ``accountant: pld`` with a smaller delta is refused with one line.
     Declared in a params class as ``field_validator("accountant")(pld_needs_its_smallest_delta)``."""
     if accountant == "pld" and "delta" in info.data:
-        from mechanisms.pld import check_pld_delta
+        from privsilo.mechanisms.pld import check_pld_delta
 
         check_pld_delta(info.data["delta"])
     return accountant
@@ -132,7 +132,7 @@ def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInf
 @dataclass(frozen=True)
 class LocalTraining:
     """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau,
-    FedProx's mu: see ``mechanisms.proximal``), and the number of silos N (``data.silos``, public; None where a
+    FedProx's mu: see ``privsilo.mechanisms.proximal``), and the number of silos N (``data.silos``, public; None where a
     silo is built outside a federation)."""
 
     local_steps: int
@@ -163,7 +163,7 @@ class SiloContext:
     user_ids: np.ndarray | None = None  # owner (user id, shared across silos) of each record; None without users
     # (silos, users) records per silo and user, computed in the clear: the simulator's "trusted" mode
     user_histogram: np.ndarray | None = None
-    # an audit's canaries this silo hosts (see mechanisms.canaries and simulator.audit); None outside audits
+    # an audit's canaries this silo hosts (see privsilo.mechanisms.canaries and privsilo.simulator.audit); None outside audits
     canaries: SiloCanaries | None = None
     # local training draws on ``device`` (a CUDA silo outside secure mode): see ``training_generator``
     draws_on_device: bool = False
@@ -278,7 +278,7 @@ class NoGuarantee(PrivacyAccountant):
 
 
 class Mechanism(ABC):
-    """A privacy mechanism plug-in. Register it in ``mechanisms.registry``."""
+    """A privacy mechanism plug-in. Register it in ``privsilo.mechanisms.registry``."""
 
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]] = MechanismParams
@@ -290,7 +290,7 @@ class Mechanism(ABC):
     personalised: ClassVar[bool] = False
     # what the guarantee protects: "record", "user" or "client" (an audit's default canaries); None: nothing
     privacy_unit: ClassVar[str | None] = None
-    # What a silo's upload reveals to the gradient-inversion attacks (simulator.attacks): WEIGHTED_DELTA or
+    # What a silo's upload reveals to the gradient-inversion attacks (privsilo.simulator.attacks): WEIGHTED_DELTA or
     # TRAINED_PARAMETERS (see there); None: something else, and the mechanism cannot be attacked.
     upload_form: ClassVar[str | None] = None
     # mechanism.local_epochs, when set, makes a silo pass over its records that many times instead of taking
@@ -368,7 +368,7 @@ class Mechanism(ABC):
     @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str | None:
         """The privacy part of ``privsilo run``'s result line for a mechanism whose report is not an (epsilon,
-        delta) guarantee, or None for the common line (``simulator.reports.privacy_line``)."""
+        delta) guarantee, or None for the common line (``privsilo.simulator.run_dir.writers.privacy_line``)."""
         return None
 
     def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:

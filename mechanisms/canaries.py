@@ -1,4 +1,4 @@
-"""Gradient canaries of a privacy audit, as a silo-side mechanism sees them (see ``simulator.audit``).
+"""Gradient canaries of a privacy audit, as a silo-side mechanism sees them (see ``privsilo.simulator.audit``).
 
 A white-box ("Dirac") canary is a unit whose contribution is a fixed, public, random unit direction ``u_i`` in
 parameter space, scaled to the mechanism's sensitivity: a canary *record* of DP-SGD is a record whose clipped
@@ -7,7 +7,7 @@ auditing); a canary *client* uploads the update ``c u_i`` (Andrew et al. 2024, S
 independent Gaussian vectors normalised to length 1, each drawn from the audit seed and the canary's id, so a silo and
 the auditor derive the same direction without sending it, and nearly orthogonal to one another for large ``d``. A
 *Dirac* canary's direction is instead a one-hot vector ``e_j`` on a coordinate ``j`` of its own (distinct canaries,
-distinct coordinates: exactly orthogonal), chosen by the auditor before training (``simulator.audit.directions``)
+distinct coordinates: exactly orthogonal), chosen by the auditor before training (``privsilo.simulator.audit.directions``)
 and handed to the silo with the canary.
 
 A silo hosts only the canaries the audit *included*; the excluded ones exist only in the auditor's scoring.

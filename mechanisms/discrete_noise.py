@@ -19,7 +19,7 @@ made *exactly*, vectorised:
   decided: no rounding ever decides an outcome.
 
 The words come from a source passed in: a ``numpy.random.Generator`` (its bit generator's raw words: seeded runs
-repeat) or any object with ``bytes(count)`` such as ``protocols.crypto_random.CryptoRandom`` (a CSPRNG). Not
+repeat) or any object with ``bytes(count)`` such as ``privsilo.protocols.crypto_random.CryptoRandom`` (a CSPRNG). Not
 constant-time: the number of words drawn depends on the outcome (Jin et al., S&P 2022 time such samplers).
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ expected batch size ``q n``): the rate depends on the record count ``n``, which 
 guarantee treats as public. ``sampling_rate`` fixes ``q`` instead; nothing in a step then depends on ``n``
 (``batch_size`` is only the public divisor, best set near ``q n``). Each round is therefore ``local_steps``
 compositions of the Poisson-subsampled Gaussian mechanism with noise multiplier ``sigma`` (Mironov et al. 2019),
-reported as one :class:`PoissonGaussianEvent` and accounted by ``mechanisms.accounting``. The upload is a
+reported as one :class:`PoissonGaussianEvent` and accounted by ``privsilo.mechanisms.accounting``. The upload is a
 post-processing of the noisy steps; silos are averaged with equal, data-independent weights (a weight ``n`` would
 reveal the record count).
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from pydantic import Field, field_validator
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     WEIGHTED_DELTA,
     GlobalState,
     Mechanism,
@@ -35,11 +35,11 @@ from mechanisms.base import (
     model_to_vector,
     pld_needs_its_smallest_delta,
 )
-from mechanisms.events import PoissonGaussianEvent
-from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
+from privsilo.mechanisms.events import PoissonGaussianEvent
+from privsilo.mechanisms.fedavg import FedAvgServer, weighted_delta_vector
 
 # torch, per-sample gradients and Opacus are imported where a silo trains or a run is accounted: validating a
-# scenario needs DpSgdParams only (see mechanisms.registry).
+# scenario needs DpSgdParams only (see privsilo.mechanisms.registry).
 if TYPE_CHECKING:
     import torch
 
@@ -88,9 +88,9 @@ def noisy_local_training(
     """``local_steps`` DP-SGD steps on the silo's records, sampled at ``rates`` (uniform or per record), from the
     global model ``context.model`` holds; with ``proximal_mu`` > 0 each step also descends FedProx's term. In an
     audit the silo's canary records (``context.canaries``) take part, each at its ``canary_rates``."""
-    from mechanisms.canaries import CanaryGradients
-    from mechanisms.per_sample import noisy_sgd_steps
-    from mechanisms.proximal import ProximalTerm
+    from privsilo.mechanisms.canaries import CanaryGradients
+    from privsilo.mechanisms.per_sample import noisy_sgd_steps
+    from privsilo.mechanisms.proximal import ProximalTerm
 
     proximal = ProximalTerm.at(context.model, context.training.proximal_mu)
     dimension = sum(p.numel() for p in context.model.parameters())
@@ -159,7 +159,7 @@ class DpSgd(Mechanism):
         return FedAvgServer()
 
     def accountant(self) -> PrivacyAccountant:
-        from mechanisms.accounting import RdpAccountant
+        from privsilo.mechanisms.accounting import RdpAccountant
 
         return RdpAccountant(delta=self.params.delta, accountant=self.params.accountant)
 

@@ -1,7 +1,7 @@
 """Privacy events: what a mechanism did to a silo's records, described as data.
 
 In the spirit of Google's dp_accounting (``PoissonSampledDpEvent(GaussianDpEvent)``), a mechanism reports
-events and a separate accountant (``mechanisms.accounting``) turns them into epsilon.
+events and a separate accountant (``privsilo.mechanisms.accounting``) turns them into epsilon.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class PoissonGaussianEvent:
 @dataclass(frozen=True)
 class TrainingSchedule:
     """The public training parameters of rPDP-FL's accountant (Theorem 1): noise multiplier sigma, rounds T,
-    local steps per round tau and client rate lambda (keyword names of ``mechanisms.rpdp.epsilon``)."""
+    local steps per round tau and client rate lambda (keyword names of ``privsilo.mechanisms.rpdp.epsilon``)."""
 
     noise_multiplier: float
     rounds: int

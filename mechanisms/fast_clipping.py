@@ -11,7 +11,7 @@ ordinary forward/backward pass of the summed loss (records are independent, so `
 * ``nn.Conv2d``: ``g_j = E_j U_j^T`` with ``U_j`` the input patches; its per-record gradient is small
   (``out x in x k x k``) and is formed explicitly, by one einsum over strided views of the padded input.
 
-The result equals :func:`mechanisms.per_sample.clip_and_sum` of :func:`~mechanisms.per_sample.per_sample_gradients`
+The result equals :func:`privsilo.mechanisms.per_sample.clip_and_sum` of :func:`~privsilo.mechanisms.per_sample.per_sample_gradients`
 up to floating-point rounding (checked in ``tests/unit/mechanisms/test_per_sample.py``). Models with any other parameterised
 layer (or shared parameters) fall back to that exact torch.func path.
 """

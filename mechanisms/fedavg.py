@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     GlobalState,
     ServerMechanism,
     SiloContext,
@@ -18,7 +18,7 @@ from mechanisms.base import (
     model_to_vector,
     prediction_loss,
 )
-from mechanisms.proximal import ProximalTerm
+from privsilo.mechanisms.proximal import ProximalTerm
 
 if TYPE_CHECKING:
     import torch
@@ -35,10 +35,10 @@ def local_sgd(
     """Mini-batch SGD from ``start`` on ``records`` (indices into the silo's data; default all of them): by default
     ``local_steps`` steps, each batch drawn without replacement from the silo's generator (McMahan et al. 2017);
     with ``epochs`` E instead E passes, each a fresh permutation cut into batches of ``batch_size``. With
-    ``proximal_mu`` > 0 every step also descends FedProx's proximal term (:mod:`mechanisms.proximal`). Returns
+    ``proximal_mu`` > 0 every step also descends FedProx's proximal term (:mod:`privsilo.mechanisms.proximal`). Returns
     the model delta and the mean training loss (of the data, without the proximal term); ``records`` must not
     be empty."""
-    import torch  # not at the top of the module: see mechanisms.registry
+    import torch  # not at the top of the module: see privsilo.mechanisms.registry
 
     ctx = context
     load_vector_into_model(ctx.model, start)

@@ -3,13 +3,13 @@
 Dong, Roth and Su ("Gaussian differential privacy", JRSS B 2022) call a mechanism mu-GDP when its trade-off curve
 lies above ``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``; by their Cor. 2.13 (the primal-dual view) that holds
 exactly when it is ``(eps, delta_mu(eps))``-DP for every eps, with ``delta_mu`` the Gaussian mechanism's profile
-([`gaussian_delta`][mechanisms.pld.gaussian_delta]). A mechanism that meets an (eps, delta) claim need not be
+([`gaussian_delta`][privsilo.mechanisms.pld.gaussian_delta]). A mechanism that meets an (eps, delta) claim need not be
 mu-GDP for the mu whose ``delta_mu`` passes through that point: its mu* can be larger, so an audit that rejects
 "mu-GDP" for a mu between the two refutes nothing.
 
 * Rate 1 (no subsampling): ``k`` Gaussian steps are exactly mu-GDP with ``mu = sqrt(sum k / sigma^2)``.
 * Poisson-subsampled Gaussian schedules (`schedule_mu`): read off the pessimistic PLD of
-  [`mechanisms.pld`][mechanisms.pld], an **upper estimate**. Such a composition is GDP for no mu below about
+  [`privsilo.mechanisms.pld`][privsilo.mechanisms.pld], an **upper estimate**. Such a composition is GDP for no mu below about
   ``sqrt(steps) / sigma`` in the far tail (every step sampling the unit, with probability ``q^steps``), so mu* is
   taken up to `GDP_DELTA_SLACK`: the smallest mu with ``delta(eps) <= delta_mu(eps) + GDP_DELTA_SLACK`` for
   every eps >= 0 and both neighbouring directions, i.e. a trade-off curve above ``G_mu - GDP_DELTA_SLACK``.
@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_expit, ndtri_exp
 
-from mechanisms.pld import SMALLEST_DELTA, Schedule, active_entries, composed_pld, gaussian_delta, gaussian_mu
+from privsilo.mechanisms.pld import SMALLEST_DELTA, Schedule, active_entries, composed_pld, gaussian_delta, gaussian_mu
 
 GDP_DELTA_SLACK = SMALLEST_DELTA
 """The delta below which `schedule_mu` ignores the PLD's profile (the PLD's own trusted range). An f-DP

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.base import WEIGHTED_DELTA, GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
-from mechanisms.canaries import with_canary_clients
-from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
+from privsilo.mechanisms.base import WEIGHTED_DELTA, GlobalState, Mechanism, ServerMechanism, SiloContext, SiloContribution, SiloMechanism
+from privsilo.mechanisms.canaries import with_canary_clients
+from privsilo.mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
 
 
 class FedAvgSilo(SiloMechanism):

@@ -9,7 +9,7 @@ The pieces are deliberately independent of one another so that variants can reco
 * :func:`clip_and_sum` is the clipped sum of Abadi et al. 2016, Algorithm 1 (``g_j / max(1, ||g_j|| / C)``,
   summed), whose L2 sensitivity under adding/removing one record is ``C`` whatever the sampling;
 * :func:`clipped_gradient_sum` gives the same clipped sum without materialising per-record gradients where the
-  model allows (:mod:`mechanisms.fast_clipping`), which is what the training step uses;
+  model allows (:mod:`privsilo.mechanisms.fast_clipping`), which is what the training step uses;
 * :func:`gaussian_noise_like` draws ``N(0, std^2 I)`` from a caller-supplied generator.
 
 Normalising the noisy sum (by the expected batch size ``q n`` in DP-SGD, by ``sum_j q_j`` in rPDP) is left to
@@ -24,10 +24,10 @@ from typing import Iterator
 import torch
 from torch.func import functional_call, grad, vmap
 
-from mechanisms.canaries import CanaryGradients
-from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
-from mechanisms.fast_clipping import supports_fast_clipping
-from mechanisms.proximal import ProximalTerm
+from privsilo.mechanisms.canaries import CanaryGradients
+from privsilo.mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
+from privsilo.mechanisms.fast_clipping import supports_fast_clipping
+from privsilo.mechanisms.proximal import ProximalTerm
 
 SAMPLING_CHUNK = 1 << 22  # uniform draws (float64: 32 MiB) per chunk of steps on a device, see poisson_batches
 
@@ -107,7 +107,7 @@ def clip_and_sum(per_sample_grads: list[torch.Tensor], *, max_grad_norm: float) 
 def clipped_gradient_sum(
     model: torch.nn.Module, *, features: torch.Tensor, labels: torch.Tensor, max_grad_norm: float
 ) -> list[torch.Tensor]:
-    """The clipped sum of per-record gradients: :mod:`mechanisms.fast_clipping` where the model allows it
+    """The clipped sum of per-record gradients: :mod:`privsilo.mechanisms.fast_clipping` where the model allows it
     (Linear and Conv2d layers), else :func:`clip_and_sum` of :func:`per_sample_gradients`. Same result."""
     if features.shape[0] > 0 and supports_fast_clipping(model):
         sums = fast_clipped_sum(model, features=features, labels=labels, max_grad_norm=max_grad_norm)
@@ -148,7 +148,7 @@ def noisy_sgd_steps(
     ``divisor`` or, by default, by the *expected* batch size ``sum_j q_j`` (``q n`` for a scalar rate), which
     does not depend on which records were drawn. An empty draw still adds noise. ``proximal`` (FedProx) adds its
     data-independent gradient after the noise, so the step stays a post-processing of the noisy sum.
-    ``canaries`` (an audit's canary records, see :mod:`mechanisms.canaries`) are sampled after the records and
+    ``canaries`` (an audit's canary records, see :mod:`privsilo.mechanisms.canaries`) are sampled after the records and
     add ``C u_i`` each to the clipped sum. Every draw comes from ``generator``; inside a step nothing waits for
     the device.
     """

@@ -6,7 +6,7 @@ composition of mechanisms adds independent losses, so its PLD is the convolution
 ``delta(epsilon)`` is the hockey-stick divergence read off that distribution (Koskela, Jaelkoe and Honkela,
 "Computing tight differential privacy guarantees using FFT", AISTATS 2020; Koskela et al., "Tight differential
 privacy for discrete-valued mechanisms and for the subsampled Gaussian mechanism using FFT", AISTATS 2021).
-dp_accounting discretises the loss on a grid of width [`VALUE_DISCRETIZATION_INTERVAL`][mechanisms.pld.VALUE_DISCRETIZATION_INTERVAL] with the "connect the
+dp_accounting discretises the loss on a grid of width [`VALUE_DISCRETIZATION_INTERVAL`][privsilo.mechanisms.pld.VALUE_DISCRETIZATION_INTERVAL] with the "connect the
 dots" construction (Doroshenko, Ghazi, Kamath, Kumar and Manurangsi, "Connect the dots: tighter discrete
 approximations of privacy loss distributions", PETS 2022) and composes by FFT.
 

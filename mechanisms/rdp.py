@@ -1,7 +1,7 @@
 """Renyi DP of the Poisson-subsampled Gaussian mechanism, and its conversion to (epsilon, delta), failing closed.
 
 Every accountant in privsilo (``dp_sgd``'s, rPDP-FL's, ULDP-FL's user-level and GROUP-k) gets its RDP from
-[`poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp] and its epsilon from [`epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp], so one evaluation is checked once:
+[`poisson_gaussian_rdp`][privsilo.mechanisms.rdp.poisson_gaussian_rdp] and its epsilon from [`epsilon_from_rdp`][privsilo.mechanisms.rdp.epsilon_from_rdp], so one evaluation is checked once:
 
 * one step at order ``a`` (Mironov, Talwar, Zhang 2019, Sec. 3; rPDP-FL Lemma 4): ``rho(a, q) = log A_a(q) / (a-1)``;
 * **integer orders** are exact: ``A_a - 1`` is a finite sum of positive terms, summed in log space, so no
@@ -10,7 +10,7 @@ Every accountant in privsilo (``dp_sgd``'s, rPDP-FL's, ULDP-FL's user-level and 
 * **fractional orders** use the two series of Mironov et al. 2019, Sec. 3.3. Each value must lie within the bounds
   the exact integer orders put on it (``(a - 1) rho(a)`` is convex in ``a`` and ``rho`` non-decreasing); a value
   that does not is an error, never an epsilon;
-* [`check_rdp_curve`][mechanisms.rdp.check_rdp_curve] refuses any curve with a NaN, a negative value or a value that decreases from one order
+* [`check_rdp_curve`][privsilo.mechanisms.rdp.check_rdp_curve] refuses any curve with a NaN, a negative value or a value that decreases from one order
   to the next (beyond rounding), which every valid RDP curve, composed or not, satisfies.
 
 Pure numpy/scipy (no torch, Opacus or Ray); vectorised over the sampling rate ``q``.
@@ -152,7 +152,7 @@ def poisson_gaussian_rdp(rates: np.ndarray, sigma: float, orders: np.ndarray) ->
 
 
 def check_rdp_curve(orders: np.ndarray, rdp: np.ndarray) -> None:
-    """Raise [`RdpError`][mechanisms.rdp.RdpError] unless ``rdp`` (rows: ``orders``; any further axes) is a possible RDP curve.
+    """Raise [`RdpError`][privsilo.mechanisms.rdp.RdpError] unless ``rdp`` (rows: ``orders``; any further axes) is a possible RDP curve.
 
     Any RDP curve is >= 0, has no NaN (+inf is allowed: no bound at that order) and is non-decreasing in the
     order (Renyi divergence is); composition, maxima over silos and group scaling keep all three.
@@ -181,7 +181,7 @@ def conversion_offset(orders: np.ndarray, delta: float) -> np.ndarray:
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> tuple[float, float]:
     """(epsilon, best order) of one RDP curve at ``delta`` (Balle et al. 2020, Thm. 21), after
-    [`check_rdp_curve`][mechanisms.rdp.check_rdp_curve]; ``(inf, nan)`` when no order gives a finite bound."""
+    [`check_rdp_curve`][privsilo.mechanisms.rdp.check_rdp_curve]; ``(inf, nan)`` when no order gives a finite bound."""
     orders, rdp = np.asarray(orders, dtype=np.float64), np.asarray(rdp, dtype=np.float64)
     check_rdp_curve(orders, rdp)
     if not np.isfinite(rdp).any():

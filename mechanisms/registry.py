@@ -1,5 +1,5 @@
 """Name -> mechanism class. Adding a mechanism means its module and one line here; the simulator never changes: it
-reads what it needs to know of a mechanism from the class (``mechanisms.base.Mechanism``'s traits).
+reads what it needs to know of a mechanism from the class (``privsilo.mechanisms.base.Mechanism``'s traits).
 
 Classes are imported when first asked for, so that ``privsilo list`` imports no mechanism and ``privsilo
 validate`` only the scenario's. ``validate`` needs the mechanism's ``Params`` class and must not pay for torch,
@@ -12,16 +12,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mechanisms.base import Mechanism
+    from privsilo.mechanisms.base import Mechanism
 
 _LOCATIONS = {  # name -> "module:class", in the order messages list mechanisms
-    "none": "mechanisms.none:NoPrivacy",
-    "dp_sgd": "mechanisms.dp_sgd:DpSgd",
-    "rpdp": "mechanisms.rpdp.mechanism:Rpdp",
-    "uldp": "mechanisms.uldp.mechanism:Uldp",
-    "pldp": "mechanisms.pldp.mechanism:Pldp",
-    "dprivacy": "mechanisms.dprivacy.mechanism:DPrivacy",
-    "dp_fedavg": "mechanisms.dp_fedavg.mechanism:DpFedAvg",
+    "none": "privsilo.mechanisms.none:NoPrivacy",
+    "dp_sgd": "privsilo.mechanisms.dp_sgd:DpSgd",
+    "rpdp": "privsilo.mechanisms.rpdp.mechanism:Rpdp",
+    "uldp": "privsilo.mechanisms.uldp.mechanism:Uldp",
+    "pldp": "privsilo.mechanisms.pldp.mechanism:Pldp",
+    "dprivacy": "privsilo.mechanisms.dprivacy.mechanism:DPrivacy",
+    "dp_fedavg": "privsilo.mechanisms.dp_fedavg.mechanism:DpFedAvg",
 }
 MECHANISM_NAMES: tuple[str, ...] = tuple(sorted(_LOCATIONS))  # the mechanisms privsilo ships
 

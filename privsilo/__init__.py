@@ -5,20 +5,20 @@
 
 Everything else (the mechanism, the protocol, sampling, Ray) comes from the scenario as for ``privsilo run``; the
 scenario's ``model`` and ``data.dataset`` are replaced by the objects given. The scripting interfaces of the
-simulator (``simulator.engine.run`` and ``Federation``, ``simulator.attacks.runner.attack``) are re-exported.
+simulator (``privsilo.simulator.engine.run`` and ``Federation``, ``privsilo.simulator.attacks.runner.attack``) are re-exported.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from simulator.engine import Federation
-from simulator.engine import run as run_scenario
-from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
-from simulator.user_code import describe, is_import_string
+from privsilo.simulator.engine import Federation
+from privsilo.simulator.engine import run as run_scenario
+from privsilo.simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from privsilo.simulator.user_code import describe, is_import_string
 
 if TYPE_CHECKING:
-    from simulator.results import RunResult
+    from privsilo.simulator.engine.results import RunResult
 
 __all__ = ["Federation", "run", "run_scenario"]
 
@@ -43,9 +43,9 @@ def run(
     module-level function, or a function defined in your script). ``dataset``: a loader (called with
     ``dataset_kwargs`` and, if it asks, ``seed``), or what a loader returns, ``((x_train, y_train), (x_test,
     y_test))`` with integer class labels. Either may be omitted (the scenario's own is used). Checked like a
-    scenario: problems raise [`ScenarioError`][simulator.errors.ScenarioError] naming ``model.name`` or
+    scenario: problems raise [`ScenarioError`][privsilo.simulator.errors.ScenarioError] naming ``model.name`` or
     ``data.dataset``. ``log``: trackers that also receive the metrics, as ``privsilo run --log`` (``"tensorboard"``,
-    written under ``out_dir``). Returns the run's [`RunResult`][simulator.results.RunResult].
+    written under ``out_dir``). Returns the run's [`RunResult`][privsilo.simulator.engine.results.RunResult].
     """
     raw = scenario.explicit_dict() if isinstance(scenario, Scenario) else (
         load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario))

@@ -7,16 +7,16 @@ the ciphertext integers directly, because the protocol needs what phe's number o
 * ``Enc(a) * (1 + m n) = Enc(a + m)  (mod n^2)``: adding a plaintext costs one modular multiplication, since
   ``(1 + n)^m = 1 + m n (mod n^2)``; no fresh encryption.
 * ``Enc(a)^k = Enc(k a)``: scalar multiplication; for a negative ``k`` the protocol raises to ``|k|`` and inverts
-  (see ``protocols.private_weighting.tables``).
-* fixed-base window tables ([`WindowTable`][protocols.paillier.WindowTable]): all powers ``c^(d 2^(w i))`` of one ciphertext, so raising
+  (see ``privsilo.protocols.private_weighting.tables``).
+* fixed-base window tables ([`WindowTable`][privsilo.protocols.paillier.WindowTable]): all powers ``c^(d 2^(w i))`` of one ciphertext, so raising
   it to many small exponents costs ``ceil(bits / w)`` multiplications each;
-* Montgomery's batch inversion ([`batch_invert`][protocols.paillier.batch_invert]): ``k`` inverses modulo ``n^2`` for one inversion and
+* Montgomery's batch inversion ([`batch_invert`][privsilo.protocols.paillier.batch_invert]): ``k`` inverses modulo ``n^2`` for one inversion and
   ``3 (k - 1)`` multiplications;
-* CRT decryption and encryption for the key holder ([`PaillierKeyPair`][protocols.paillier.PaillierKeyPair]): exponents modulo ``p^2`` and
+* CRT decryption and encryption for the key holder ([`PaillierKeyPair`][privsilo.protocols.paillier.PaillierKeyPair]): exponents modulo ``p^2`` and
   ``q^2`` instead of ``n^2``.
 
 Randomness: a fresh encryption's factor ``r^n`` with ``r`` uniform in ``Z_n^*`` is a uniform n-th residue, which
-hides the plaintext under the DCR assumption; [`PaillierPublicKey.rerandomize`][protocols.paillier.PaillierPublicKey.rerandomize] multiplies one in.
+hides the plaintext under the DCR assumption; [`PaillierPublicKey.rerandomize`][privsilo.protocols.paillier.PaillierPublicKey.rerandomize] multiplies one in.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Sequence
 import gmpy2
 from gmpy2 import mpz
 
-from protocols.crypto_random import CryptoRandom
+from privsilo.protocols.crypto_random import CryptoRandom
 
 MIN_KEY_BITS = 2048
 """Smallest modulus accepted outside tests (NIST SP 800-57: 112-bit security)."""

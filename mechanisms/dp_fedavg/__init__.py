@@ -1,1 +1,1 @@
-"""``dp_fedavg``: client-level DP-FedAvg (McMahan et al., ICLR 2018); see :mod:`mechanisms.dp_fedavg.mechanism`."""
+"""``dp_fedavg``: client-level DP-FedAvg (McMahan et al., ICLR 2018); see :mod:`privsilo.mechanisms.dp_fedavg.mechanism`."""

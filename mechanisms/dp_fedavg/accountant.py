@@ -5,7 +5,7 @@ Every round is one Gaussian mechanism on the sum of the silos' clipped updates: 
 (zeroed out: the silo is sampled and counted the same way, its update replaced by 0), noise z C, on silos the
 server Poisson-samples at rate q = ``federation.client_rate``. So T rounds are T compositions of the
 Poisson-subsampled Gaussian with noise multiplier z, the same curve as DP-SGD's with a client in place of a
-record ([`mechanisms.accounting.schedule_epsilon`][mechanisms.accounting.schedule_epsilon]). A round counts once,
+record ([`privsilo.mechanisms.accounting.schedule_epsilon`][privsilo.mechanisms.accounting.schedule_epsilon]). A round counts once,
 however many silos report it; a round without uploads released nothing of any silo.
 
 The amplification assumes a party that does not learn which silos were sampled; the server draws the sample, so
@@ -16,15 +16,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mechanisms.accounting import schedule_epsilon
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import ClientLevelGaussianEvent
+from privsilo.mechanisms.accounting import schedule_epsilon
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import ClientLevelGaussianEvent
 
 GUARANTEE = "client-level (epsilon, delta)-DP (one silo's noised contribution zeroed out), DP-FedAvg"
 
 
 class ClientLevelAccountant(PrivacyAccountant):
-    """Composes each round's [`ClientLevelGaussianEvent`][mechanisms.events.ClientLevelGaussianEvent] once, by
+    """Composes each round's [`ClientLevelGaussianEvent`][privsilo.mechanisms.events.ClientLevelGaussianEvent] once, by
     ``accountant`` (``rdp``, or ``pld`` reported beside RDP)."""
 
     def __init__(self, *, delta: float, noise_multiplier: float, accountant: str = "rdp") -> None:

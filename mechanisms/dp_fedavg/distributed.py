@@ -4,7 +4,7 @@ Gaussian Mechanism for Federated Learning with Secure Aggregation", ICML 2021, A
 Each silo clips its update to C, scales it by 1/gamma, rotates it with a randomized Hadamard transform (signs
 from the round's public seed, the same for every silo), rounds it to integers by conditional randomized rounding
 (redrawn until its L2 norm is within Theorem 1's bound, see :func:`rounded_norm_bound`) and adds
-``N_Z(0, sigma^2)`` per coordinate (the exact sampler of :mod:`mechanisms.discrete_noise`). The integer vectors
+``N_Z(0, sigma^2)`` per coordinate (the exact sampler of :mod:`privsilo.mechanisms.discrete_noise`). The integer vectors
 are summed exactly by secure aggregation (integers pass its fixed-point codec unchanged); the server reduces the
 sum modulo m = 2^bits into the signed range, un-rotates it and multiplies by gamma: post-processing of the sum.
 Silos never reduce mod m themselves (a sum of residues would reveal the carries).
@@ -15,7 +15,7 @@ communication and gamma from them): ``gamma = C / (GRANULARITY_STEPS sqrt(d'))``
 z C / (gamma sqrt(N)), so that N silos together add the central noise z C; and the bits such that the sum of N
 uploads never wraps around: ``2^(bits-1) > N (Delta_2 + NOISE_TAIL sigma)`` (each coordinate of a rounded update
 is at most its norm Delta_2; a silo's noise exceeds NOISE_TAIL sigma with probability below 2 d' e^-200).
-Accounting: :mod:`mechanisms.dp_fedavg.distributed_accountant`.
+Accounting: :mod:`privsilo.mechanisms.dp_fedavg.distributed_accountant`.
 """
 from __future__ import annotations
 

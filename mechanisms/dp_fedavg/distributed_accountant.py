@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import DistributedDiscreteGaussianEvent
-from mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import DistributedDiscreteGaussianEvent
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS, epsilon_from_rdp
 
 GUARANTEE = ("client-level (epsilon, delta)-DP (one silo's rounded update zeroed out, its share of the noise still "
              "added), DP-FedAvg with the distributed discrete Gaussian under secure aggregation; the server sees only the sum")

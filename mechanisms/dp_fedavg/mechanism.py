@@ -12,11 +12,11 @@ publish how many silos took part, which forfeits the amplification by sampling. 
 (as a multiple of 2^-20, see ``public_rate``) beside their update, so that the server learns it without the realised
 count entering the model. The noise is
 drawn from the generator the server hands to ``round_plan`` (OS entropy with ``secure_rng``), in float64.
-Accounting: :mod:`mechanisms.dp_fedavg.accountant`.
+Accounting: :mod:`privsilo.mechanisms.dp_fedavg.accountant`.
 
 ``noise: distributed`` (Kairouz, Liu, Steinke, ICML 2021): each silo adds its share of exact discrete Gaussian
-noise to its rotated, rounded update and secure aggregation sums them (:mod:`mechanisms.dp_fedavg.distributed`;
-accounting :mod:`mechanisms.dp_fedavg.distributed_accountant`); the server post-processes the sum.
+noise to its rotated, rounded update and secure aggregation sums them (:mod:`privsilo.mechanisms.dp_fedavg.distributed`;
+accounting :mod:`privsilo.mechanisms.dp_fedavg.distributed_accountant`); the server post-processes the sum.
 
 Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive Clipping",
 NeurIPS 2021, Algorithm 1): the server sends the round's clip norm C_t as the round plan; each silo also uploads
@@ -32,7 +32,7 @@ import numpy as np
 import math
 from dataclasses import dataclass
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     GlobalState,
     Mechanism,
     PrivacyAccountant,
@@ -42,10 +42,10 @@ from mechanisms.base import (
     SiloMechanism,
     numpy_generator,
 )
-from mechanisms.dp_fedavg.distributed import conditional_round, reduce_signed, rotate, unrotate
-from mechanisms.dp_fedavg.params import DpFedAvgParams, public_rate
-from mechanisms.events import ClientLevelGaussianEvent, DistributedDiscreteGaussianEvent
-from mechanisms.fedavg import local_sgd
+from privsilo.mechanisms.dp_fedavg.distributed import conditional_round, reduce_signed, rotate, unrotate
+from privsilo.mechanisms.dp_fedavg.params import DpFedAvgParams, public_rate
+from privsilo.mechanisms.events import ClientLevelGaussianEvent, DistributedDiscreteGaussianEvent
+from privsilo.mechanisms.fedavg import local_sgd
 
 SILO_COUNT_PUBLIC = "the number of silos N (data.silos: the server divides the noisy sum by q N)"
 NOISE_SEED_WORDS = 4  # a silo's rounding and discrete noise come from a numpy generator keyed by 4 x 62 bits of its own
@@ -136,7 +136,7 @@ class DistributedDpFedAvgSilo(SiloMechanism):
         raise TypeError("distributed dp_fedavg needs the server's round plan (the rotation seed)")
 
     def contribute_with_plan(self, state: GlobalState, *, round_index: int, plan: DistributedPlan) -> SiloContribution:
-        from mechanisms.discrete_noise import discrete_gaussian
+        from privsilo.mechanisms.discrete_noise import discrete_gaussian
 
         (start,) = state
         if self.context.training.num_silos is None:
@@ -193,8 +193,8 @@ class DpFedAvg(Mechanism):
         return DpFedAvgServer(self.params, num_silos=num_silos)
 
     def accountant(self) -> PrivacyAccountant:
-        from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
-        from mechanisms.dp_fedavg.distributed_accountant import DistributedAccountant
+        from privsilo.mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+        from privsilo.mechanisms.dp_fedavg.distributed_accountant import DistributedAccountant
 
         if self.params.noise == "distributed":
             return DistributedAccountant(delta=self.params.delta)

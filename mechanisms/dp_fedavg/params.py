@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mechanisms.base import FederationShape, MechanismParams, pld_needs_its_smallest_delta
-from mechanisms.dp_fedavg.distributed import MIN_SIGMA, DistributedSetting
+from privsilo.mechanisms.base import FederationShape, MechanismParams, pld_needs_its_smallest_delta
+from privsilo.mechanisms.dp_fedavg.distributed import MIN_SIGMA, DistributedSetting
 
 RATE_BITS = 20  # q travels as a multiple of 2^-20: any number of copies sums exactly, so sum / count is q exactly
 

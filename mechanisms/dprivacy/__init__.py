@@ -3,6 +3,6 @@ Learning" (ICISSP 2023). The Euclidean Laplace sampler, IFCA with k-means at the
 leakage accountant. Importing the package loads neither torch nor Ray."""
 from __future__ import annotations
 
-from mechanisms.dprivacy.laplace import euclidean_laplace
+from privsilo.mechanisms.dprivacy.laplace import euclidean_laplace
 
 __all__ = ["euclidean_laplace"]

@@ -9,7 +9,7 @@ secrets x, x' are told apart by at most ``exp(eps d(x, x'))``. Independent uploa
   hypotheses the bound is ``eps * (2R + s)`` with s the largest distance between the broadcast hypotheses,
   reported as ``total_across_hypotheses``.
 * ``paper``: ``eps * ||delta|| = n / nu``, the paper's figure for secrets within ||delta|| of the update. eps is
-  set from the client's own ||delta||, so this is not a guarantee (see ``mechanisms.dprivacy.sanitize``).
+  set from the client's own ||delta||, so this is not a guarantee (see ``privsilo.mechanisms.dprivacy.sanitize``).
 
 nu = 0 (no noise) leaks without bound: the figures are infinite (``null`` in summary.json).
 """
@@ -20,9 +20,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from mechanisms.base import PrivacyAccountant
-from mechanisms.dprivacy.params import Calibration
-from mechanisms.events import EuclideanLaplaceEvent, PrivacyEvent
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.dprivacy.params import Calibration
+from privsilo.mechanisms.events import EuclideanLaplaceEvent, PrivacyEvent
 
 GUARANTEE_CLIPPED = (
     "d-privacy (metric privacy; Galli et al. 2023, Prop. 3.1 and Theorem 3.1), per client: each upload is "

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mechanisms.base import GlobalState, ServerMechanism
+from privsilo.mechanisms.base import GlobalState, ServerMechanism
 
 MAX_KMEANS_ITERATIONS = 100
 

@@ -2,15 +2,15 @@
 Learning", ICISSP 2023, Algorithms 1 and 2).
 
 The server keeps k hypotheses. Each round every sampled client evaluates its loss under each, trains the best
-one locally, and uploads its parameters perturbed with Euclidean-Laplace noise (``mechanisms.dprivacy.sanitize``),
+one locally, and uploads its parameters perturbed with Euclidean-Laplace noise (``privsilo.mechanisms.dprivacy.sanitize``),
 without saying which hypothesis it trained; the server runs k-means on the uploads initialised at the current
-hypotheses, and each hypothesis becomes its cluster's mean (``mechanisms.dprivacy.ifca``).
+hypotheses, and each hypothesis becomes its cluster's mean (``privsilo.mechanisms.dprivacy.ifca``).
 
 Neighbouring relation: none in the DP sense. d-privacy protects a client's uploaded parameters x against every
 other value x' in proportion to their Euclidean distance, ``exp(eps d(x, x'))``; with the default ``clipped``
 calibration every upload of the same hypothesis lies within R of it, so any two are told apart by at most
 ``2n/nu`` per participation, composed over participations by addition (Theorem 3.1;
-``mechanisms.dprivacy.accountant``). The server must see every upload, so secure aggregation is refused.
+``privsilo.mechanisms.dprivacy.accountant``). The server must see every upload, so secure aggregation is refused.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mechanisms.base import TRAINED_PARAMETERS, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
-from mechanisms.dprivacy.ifca import IfcaServer
-from mechanisms.dprivacy.params import Calibration, DPrivacyParams
+from privsilo.mechanisms.base import TRAINED_PARAMETERS, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
+from privsilo.mechanisms.dprivacy.ifca import IfcaServer
+from privsilo.mechanisms.dprivacy.params import Calibration, DPrivacyParams
 
 HYPOTHESIS_PUBLIC = "which hypothesis each upload trained (its cluster): the leakage bound covers uploads of the same hypothesis"
 UPDATE_NORM_PUBLIC = "each upload's update norm ||delta|| (calibration 'paper' scales the noise by it)"
@@ -52,7 +52,7 @@ class DPrivacy(Mechanism):
     audit_units = ("client",)
 
     def silo(self, context: SiloContext) -> SiloMechanism:
-        from mechanisms.dprivacy.silo import DPrivacySilo  # torch-side code, imported by the silos only
+        from privsilo.mechanisms.dprivacy.silo import DPrivacySilo  # torch-side code, imported by the silos only
 
         return DPrivacySilo(context, self.params)
 
@@ -63,7 +63,7 @@ class DPrivacy(Mechanism):
         return self.params.hypotheses
 
     def accountant(self) -> PrivacyAccountant:
-        from mechanisms.dprivacy.accountant import LeakageAccountant
+        from privsilo.mechanisms.dprivacy.accountant import LeakageAccountant
 
         return LeakageAccountant(calibration=self.params.calibration, nu=self.params.nu)
 
@@ -97,7 +97,7 @@ class DPrivacy(Mechanism):
         return f"d-privacy leakage per client over the run: {figures}"
 
     def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
-        from mechanisms.dprivacy.plots import plot_leakage  # matplotlib: only where a run writes its files
+        from privsilo.mechanisms.dprivacy.plots import plot_leakage  # matplotlib: only where a run writes its files
 
         plot_leakage(privacy, path=directory / "leakage.png")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from mechanisms.base import FederationShape, MechanismParams
+from privsilo.mechanisms.base import FederationShape, MechanismParams
 
 
 class Calibration(str, enum.Enum):

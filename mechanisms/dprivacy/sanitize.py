@@ -21,9 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from mechanisms.dprivacy.laplace import euclidean_laplace
-from mechanisms.dprivacy.params import Calibration, DPrivacyParams
-from mechanisms.events import EuclideanLaplaceEvent
+from privsilo.mechanisms.dprivacy.laplace import euclidean_laplace
+from privsilo.mechanisms.dprivacy.params import Calibration, DPrivacyParams
+from privsilo.mechanisms.events import EuclideanLaplaceEvent
 
 
 def sanitize_update(

@@ -6,13 +6,13 @@ radius R under ``clipped`` (the clip bound: the largest update the guarantee cov
 norm ||delta|| under ``paper`` (the scale a client of this silo has), and uploads it sanitized as a client does
 (Algorithm 2, ``sanitize_update``), with fresh noise from the round's generator after the silo's own upload.
 The silo sends its upload and its canaries' uploads end to end; the server clusters each of them as one client
-(``mechanisms.dprivacy.ifca``). Canary clients report no privacy events.
+(``privsilo.mechanisms.dprivacy.ifca``). Canary clients report no privacy events.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     GlobalState,
     SiloContext,
     SiloContribution,
@@ -21,9 +21,9 @@ from mechanisms.base import (
     numpy_generator,
     prediction_loss,
 )
-from mechanisms.dprivacy.params import Calibration, DPrivacyParams
-from mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
-from mechanisms.fedavg import local_sgd
+from privsilo.mechanisms.dprivacy.params import Calibration, DPrivacyParams
+from privsilo.mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
+from privsilo.mechanisms.fedavg import local_sgd
 
 EVALUATION_BATCH = 4096
 NOISE_SEED_WORDS = 2  # each round's noise generator is keyed by 2 x 62 bits from the silo's generator

@@ -2,7 +2,7 @@
 guarantees. Pure numpy; importing the package loads neither torch nor Ray (``privsilo validate`` relies on it)."""
 from __future__ import annotations
 
-from mechanisms.pldp.sampler import (
+from privsilo.mechanisms.pldp.sampler import (
     averaged_noise_std,
     paper_variance_bound,
     pdpm,
@@ -11,8 +11,8 @@ from mechanisms.pldp.sampler import (
     pdpm_probabilities,
     pdpm_variance,
 )
-from mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES
-from mechanisms.pldp.upload import ClientPerturbation
+from privsilo.mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES
+from privsilo.mechanisms.pldp.upload import ClientPerturbation
 
 __all__ = [
     "PAPER_BUDGETS",

@@ -18,8 +18,8 @@ import math
 from numbers import Integral, Real
 from typing import Any, Iterable
 
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import LocalDpPlan, LocalDpUpload
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import LocalDpPlan, LocalDpUpload
 
 GUARANTEE = (
     "client-level pure epsilon-LDP of each client's uploads (PDPM, any two inputs in the client's safe range), "

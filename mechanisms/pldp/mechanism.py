@@ -2,16 +2,16 @@
 Algorithm 1).
 
 Each sampled client trains ``local_steps`` of mini-batch SGD from the global model, then perturbs what it uploads
-with PDPM (:mod:`mechanisms.pldp.sampler`) in its own safe range [c_i - L_i/2, c_i + L_i/2] at its own budget
+with PDPM (:mod:`privsilo.mechanisms.pldp.sampler`) in its own safe range [c_i - L_i/2, c_i + L_i/2] at its own budget
 eps_i, clipping values outside the range first: the model weights (``perturb: weights``, the paper) or the
 update, the weights minus the global model (``perturb: update``, whose natural range is far smaller). Every
 coordinate is perturbed (``coordinates: all``) or k sampled ones (``coordinates: k``, see
-:mod:`mechanisms.pldp.upload`). The server averages the perturbed uploads of the round's clients with equal
+:mod:`privsilo.mechanisms.pldp.upload`). The server averages the perturbed uploads of the round's clients with equal
 weights (Eq. 7); PDPM is unbiased, so the average estimates the clients' mean. The silo sends its upload minus
 the global model (the same average, as a delta), so any protocol, including secure aggregation, can carry it.
 
 Neighbouring relation: any two inputs of one client in its safe range, i.e. any two local datasets (client-level
-local DP, against the server and anyone who sees an upload). Accounting: :mod:`mechanisms.pldp.accountant`.
+local DP, against the server and anyone who sees an upload). Accounting: :mod:`privsilo.mechanisms.pldp.accountant`.
 The local training loss is not released.
 
 In an audit (client level) a silo also carries the audit's canary clients (Andrew et al. 2024, Sec. 3). Canary
@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     GlobalState,
     Mechanism,
     PrivacyAccountant,
@@ -42,10 +42,10 @@ from mechanisms.base import (
     model_to_vector,
     numpy_generator,
 )
-from mechanisms.canaries import with_canary_clients
-from mechanisms.events import LocalDpPlan, LocalDpUpload
-from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
-from mechanisms.pldp.params import PldpParams
+from privsilo.mechanisms.canaries import with_canary_clients
+from privsilo.mechanisms.events import LocalDpPlan, LocalDpUpload
+from privsilo.mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
+from privsilo.mechanisms.pldp.params import PldpParams
 
 CLIENT_WEIGHT = 1.0  # Eq. 7: the plain mean of the uploads (a record count would be un-noised data)
 SEED_WORDS = 4  # each round's numpy generator is seeded with 4 x 62 bits drawn from the silo's generator
@@ -106,7 +106,7 @@ class Pldp(Mechanism):
         """A canary client takes its host's eps_i, range and coordinates, so its claims are its host's: the largest
         over ``hosts`` of ``claimed_epsilon_per_client`` (pure LDP, basic composition over the coordinates and the
         participations: a guarantee) and ``claimed_epsilon_per_coordinate`` (the paper's figure: not a guarantee for
-        a client), Shen et al. 2023 (see ``mechanisms.pldp.accountant``)."""
+        a client), Shen et al. 2023 (see ``privsilo.mechanisms.pldp.accountant``)."""
         return {
             "claimed_epsilon_per_client": _largest(privacy["epsilon_per_client"], hosts),
             "claimed_epsilon_per_coordinate": _largest(privacy["epsilon_per_coordinate"], hosts),
@@ -129,12 +129,12 @@ class Pldp(Mechanism):
         return FedAvgServer()
 
     def accountant(self) -> PrivacyAccountant:
-        from mechanisms.pldp.accountant import LocalDpAccountant
+        from privsilo.mechanisms.pldp.accountant import LocalDpAccountant
 
         return LocalDpAccountant()
 
     def write_plots(self, privacy: Mapping[str, Any], directory: Path) -> None:
-        from mechanisms.pldp.plots import plot_epsilon_per_client  # matplotlib: only where a run writes its files
+        from privsilo.mechanisms.pldp.plots import plot_epsilon_per_client  # matplotlib: only where a run writes its files
 
         plot_epsilon_per_client(privacy, path=directory / "epsilon_per_client.png")
 

@@ -5,9 +5,9 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from mechanisms.base import FederationShape, MechanismParams
-from mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES, check_client_count, check_setting, client_value
-from mechanisms.pldp.upload import ClientPerturbation
+from privsilo.mechanisms.base import FederationShape, MechanismParams
+from privsilo.mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES, check_client_count, check_setting, client_value
+from privsilo.mechanisms.pldp.upload import ClientPerturbation
 
 NO_NAMES: dict[str, tuple[float, ...]] = {}
 

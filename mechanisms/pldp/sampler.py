@@ -10,7 +10,7 @@ v = w - c in [-L/2, L/2] and e = exp(eps), output
 Guarantee (checked exactly in the tests): for any two inputs in tau the probability of the first output changes
 by at most the factor e^eps (attained at the range's ends), that of the other two by at most (e+1)/2 < e^eps,
 so one perturbed scalar is eps-LDP. The output is unbiased, E = w, with the exact variance of
-[`pdpm_variance`][mechanisms.pldp.sampler.pdpm_variance]; the paper's Theorem 1 bound (e+1)(e+3) / (L(e-1)^2) is wrong (it even falls as L grows):
+[`pdpm_variance`][privsilo.mechanisms.pldp.sampler.pdpm_variance]; the paper's Theorem 1 bound (e+1)(e+3) / (L(e-1)^2) is wrong (it even falls as L grows):
 at L = 2, eps = 0.5 the true maximum over tau is 40.52, the bound 14.63.
 
 The paper leaves inputs outside tau undefined. Here they are **clipped** into tau first, so the guarantee holds
@@ -100,7 +100,7 @@ def pdpm_variance(offsets: ArrayLike, *, length: ArrayLike, epsilon: ArrayLike) 
 
 
 def pdpm_max_variance(*, length: ArrayLike, epsilon: ArrayLike) -> np.ndarray:
-    """The largest variance over the safe range: the concave quadratic of [`pdpm_variance`][mechanisms.pldp.sampler.pdpm_variance] at its vertex
+    """The largest variance over the safe range: the concave quadratic of [`pdpm_variance`][privsilo.mechanisms.pldp.sampler.pdpm_variance] at its vertex
     v* = L (7 + 2e - e^2) / (8(e-1)(e+2)), clamped to [-L/2, L/2]."""
     length, epsilon = _parameters(length, epsilon)
     e, em1 = np.exp(epsilon), np.expm1(epsilon)
@@ -109,7 +109,7 @@ def pdpm_max_variance(*, length: ArrayLike, epsilon: ArrayLike) -> np.ndarray:
 
 
 def paper_variance_bound(*, length: ArrayLike, epsilon: ArrayLike) -> np.ndarray:
-    """The bound of the paper's Theorem 1, (e+1)(e+3) / (L(e-1)^2): **not** a bound (see [`pdpm_variance`][mechanisms.pldp.sampler.pdpm_variance]);
+    """The bound of the paper's Theorem 1, (e+1)(e+3) / (L(e-1)^2): **not** a bound (see [`pdpm_variance`][privsilo.mechanisms.pldp.sampler.pdpm_variance]);
     kept to show the correction."""
     length, epsilon = _parameters(length, epsilon)
     e, em1 = np.exp(epsilon), np.expm1(epsilon)

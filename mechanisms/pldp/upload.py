@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.pldp.sampler import pdpm
+from privsilo.mechanisms.pldp.sampler import pdpm
 
 
 @dataclass(frozen=True)

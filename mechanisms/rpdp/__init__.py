@@ -1,7 +1,7 @@
 """Record-level personalised DP for cross-silo FL (rPDP-FL, Liu et al., CCS 2024): accountant, sampling
 probability estimator and privacy-budget distributions. Pure numpy/scipy; randomness only from a passed
 ``numpy.random.Generator``."""
-from mechanisms.rpdp.accountant import (
+from privsilo.mechanisms.rpdp.accountant import (
     Adversary,
     Conversion,
     epsilon,
@@ -9,7 +9,7 @@ from mechanisms.rpdp.accountant import (
     rdp_curve,
     step_rdp,
 )
-from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
+from privsilo.mechanisms.rpdp.estimator import SamplingProbabilityEstimator
 
 __all__ = [
     "Adversary",

@@ -24,7 +24,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, conversion_offset, poisson_gaussian_rdp
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, conversion_offset, poisson_gaussian_rdp
 
 
 class Adversary(enum.Enum):
@@ -92,7 +92,7 @@ def _orders(orders: object) -> np.ndarray:
 def step_rdp(q: object, *, noise_multiplier: float, orders: object = None) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step, ``rho(a, q)`` (Lemma 4), shape ``(len(orders),) + q.shape``.
 
-    See [`mechanisms.rdp.poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp]: integer orders exact, fractional ones checked against them;
+    See [`privsilo.mechanisms.rdp.poisson_gaussian_rdp`][privsilo.mechanisms.rdp.poisson_gaussian_rdp]: integer orders exact, fractional ones checked against them;
     ``q = 0`` gives 0 and ``q = 1`` the Gaussian mechanism's ``a / (2 sigma^2)``.
     """
     sigma = _sigma(noise_multiplier)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mechanisms.rpdp.accountant import Adversary, epsilon_from_rdp, rdp_curve
+from privsilo.mechanisms.rpdp.accountant import Adversary, epsilon_from_rdp, rdp_curve
 
 
 class RealisedCost:
@@ -21,11 +21,11 @@ class RealisedCost:
 
     RDP composes additively, so ``k`` rounds cost ``k * rho_tau(a, q)``: the one-round curve is computed once per
     distinct rate (and kept for later queries), and every query is a minimum over orders of
-    ``k * rho_tau + offset``. These are the values :func:`~mechanisms.rpdp.accountant.epsilon` minimises with
+    ``k * rho_tau + offset``. These are the values :func:`~privsilo.mechanisms.rpdp.accountant.epsilon` minimises with
     ``participations=k``, so the results are the same; a round's query costs milliseconds instead of a fresh
     accountant evaluation.
 
-    ``settings`` are :func:`~mechanisms.rpdp.accountant.epsilon`'s: ``noise_multiplier``, ``rounds``,
+    ``settings`` are :func:`~privsilo.mechanisms.rpdp.accountant.epsilon`'s: ``noise_multiplier``, ``rounds``,
     ``local_steps``, ``client_rate``, ``delta``, optionally ``conversion`` and ``orders``.
     """
 

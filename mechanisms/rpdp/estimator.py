@@ -1,7 +1,7 @@
 """Per-record sampling probabilities for personalised budgets (rPDP-FL, Liu et al., CCS 2024, Sec. 6).
 
 Given training parameters, find for each record's budget ``epsilon_ij`` a sampling probability ``q_ij`` whose
-Theorem 1 epsilon (``mechanisms.rpdp.accountant.epsilon``) does not exceed it. Three methods:
+Theorem 1 epsilon (``privsilo.mechanisms.rpdp.accountant.epsilon``) does not exceed it. Three methods:
 
 * ``"exact"`` (default): an adaptive grid of rates whose epsilons are computed exactly, refined by bisection only
   where budgets fall, so that consecutive epsilons differ by a factor <= 1 + ``max_waste``; each record gets the
@@ -25,7 +25,7 @@ import math
 import numpy as np
 from scipy import optimize
 
-from mechanisms.rpdp.accountant import Adversary, Conversion, epsilon
+from privsilo.mechanisms.rpdp.accountant import Adversary, Conversion, epsilon
 
 METHODS = ("exact", "scf", "bisect")
 # The candidate rates of the authors' SCF code: 0.001..0.099 by 0.001, 0.01..0.99 by 0.01, and 1.

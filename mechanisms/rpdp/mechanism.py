@@ -7,9 +7,9 @@ gradients to ``C`` and adds ``N(0, sigma^2 C^2)``. The paper divides the noisy s
 ``sum_j q_ij``; that divisor changes when a record is added or removed and is not covered by the accounting, so
 by default (``normalization: public``) we divide by the public ``federation.batch_size`` instead;
 ``normalization: expected_batch`` reproduces the paper. Silos are averaged with equal weights.
-``q_ij`` comes from :class:`~mechanisms.rpdp.estimator.SamplingProbabilityEstimator` (default ``exact``: the
+``q_ij`` comes from :class:`~privsilo.mechanisms.rpdp.estimator.SamplingProbabilityEstimator` (default ``exact``: the
 largest rate whose Theorem 1 epsilon stays within the budget). A per-record budget accountant
-(:mod:`mechanisms.rpdp.budget_accountant`) enforces the realised cost round by round.
+(:mod:`privsilo.mechanisms.rpdp.budget_accountant`) enforces the realised cost round by round.
 
 Variants (Sec. 7.2 baselines, same budgets): ``rpdp``; ``minimum`` (one rate for all, set by the silo's
 smallest budget); ``dropout`` (one rate set by the silo's mean budget; records below the mean never take part);
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     WEIGHTED_DELTA,
     GlobalState,
     Mechanism,
@@ -40,14 +40,14 @@ from mechanisms.base import (
     model_to_vector,
     numpy_generator,
 )
-from mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
-from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
-from mechanisms.fedavg import FedAvgServer, weighted_delta_vector
-from mechanisms.none import FedAvgSilo
-from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
-from mechanisms.rpdp.budgets import budgets_from_column, make_distribution
-from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
-from mechanisms.rpdp.report import PersonalizedAccountant
+from privsilo.mechanisms.dp_sgd import SILO_WEIGHT, noisy_local_training
+from privsilo.mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
+from privsilo.mechanisms.fedavg import FedAvgServer, weighted_delta_vector
+from privsilo.mechanisms.none import FedAvgSilo
+from privsilo.mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
+from privsilo.mechanisms.rpdp.budgets import budgets_from_column, make_distribution
+from privsilo.mechanisms.rpdp.estimator import SamplingProbabilityEstimator
+from privsilo.mechanisms.rpdp.personalized_accountant import PersonalizedAccountant
 
 
 Variant = Literal["rpdp", "minimum", "dropout", "privacy_free"]

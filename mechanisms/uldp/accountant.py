@@ -3,7 +3,7 @@ User-Level Differential Privacy", VLDB 2024).
 
 * ``naive``, ``avg``, ``avg_w``, ``sgd`` (Theorems 1 and 3, Remark 1): every round is one Gaussian mechanism with
   user-level sensitivity ``C`` and noise ``sigma * C`` summed over silos; with user-level sub-sampling it is the
-  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from [`mechanisms.rdp.poisson_gaussian_rdp`][mechanisms.rdp.poisson_gaussian_rdp],
+  Poisson-subsampled Gaussian at rate ``user_rate``. RDP from [`privsilo.mechanisms.rdp.poisson_gaussian_rdp`][privsilo.mechanisms.rdp.poisson_gaussian_rdp],
   composed over rounds.
 * ``group`` (Theorem 2): record-level DP-SGD in every silo; the federation's record-level RDP is the maximum
   over silos (a record lives in one silo), then Mironov's group privacy for RDP (Mironov 2017, Prop. 2): a
@@ -16,10 +16,10 @@ User-Level Differential Privacy", VLDB 2024).
   order grid, which includes base orders below ``2^(c+1)``): kept for comparison only, **not a guarantee**.
 * RDP to ``(epsilon, delta)``: Lemma 2 (Balle et al. 2020, Thm. 21, as Opacus' ``get_privacy_spent``):
   ``rho + log((a-1)/a) - (log(delta) + log(a)) / (a-1)``, minimised over the orders, by
-  [`mechanisms.rdp.epsilon_from_rdp`][mechanisms.rdp.epsilon_from_rdp], which refuses a curve with a NaN, a negative or a decreasing value.
+  [`privsilo.mechanisms.rdp.epsilon_from_rdp`][privsilo.mechanisms.rdp.epsilon_from_rdp], which refuses a curve with a NaN, a negative or a decreasing value.
 * ``accountant="pld"`` (not for ``group``, whose group privacy is a statement about RDP curves): the user-level
   rounds are also evaluated with the privacy loss distribution of the Poisson-subsampled Gaussian
-  ([`mechanisms.pld`][mechanisms.pld]), a tighter upper bound reported as ``epsilon`` beside the RDP figure.
+  ([`privsilo.mechanisms.pld`][privsilo.mechanisms.pld]), a tighter upper bound reported as ``epsilon`` beside the RDP figure.
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from numbers import Integral, Real
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from mechanisms.accounting import schedule_epsilon
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, epsilon_from_rdp, poisson_gaussian_rdp
-from mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
+from privsilo.mechanisms.accounting import schedule_epsilon
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS, check_rdp_curve, epsilon_from_rdp, poisson_gaussian_rdp
+from privsilo.mechanisms.uldp.variants import GroupRounding, Variant, naive_noise_multiplier
 
 
 Schedule = Sequence[tuple[float, float, int]]  # (record sampling rate, noise multiplier, steps)
@@ -136,7 +136,7 @@ def epsilon(
     ``rdp``, or ``pld`` for every variant but ``group``).
 
     ``naive`` with ``naive_noise="paper"`` (the paper's sigma * C * sqrt|S| per silo against a per-silo
-    sensitivity of 2C) is accounted at sigma / 2 (see ``mechanisms.uldp.variants.naive_noise_multiplier``).
+    sensitivity of 2C) is accounted at sigma / 2 (see ``privsilo.mechanisms.uldp.variants.naive_noise_multiplier``).
 
     ``group`` also needs ``group_k`` (records per user), ``sampling_rate`` (the record-level Poisson rate of
     DP-SGD; give the largest rate of any silo) and ``local_steps`` (DP-SGD steps per round); it has no user
@@ -164,9 +164,9 @@ def epsilon(
 class UldpAccountant(PrivacyAccountant):
     """User-level accountant of a ULDP-FL run, fed with the silos' round events.
 
-    [`UserLevelGaussianEvent`][mechanisms.events.UserLevelGaussianEvent]: every silo reports the same event for a round; the round is composed once
-    (a disagreement between silos is an error). [`GroupDpSgdEvent`][mechanisms.events.GroupDpSgdEvent]: composed per silo, then
-    [`group_epsilon`][mechanisms.uldp.accountant.group_epsilon]. ``accountant="pld"`` (not with ``group``) reports the user-level rounds' PLD epsilon as
+    [`UserLevelGaussianEvent`][privsilo.mechanisms.events.UserLevelGaussianEvent]: every silo reports the same event for a round; the round is composed once
+    (a disagreement between silos is an error). [`GroupDpSgdEvent`][privsilo.mechanisms.events.GroupDpSgdEvent]: composed per silo, then
+    [`group_epsilon`][privsilo.mechanisms.uldp.accountant.group_epsilon]. ``accountant="pld"`` (not with ``group``) reports the user-level rounds' PLD epsilon as
     ``epsilon`` beside RDP's (``epsilon_rdp``, ``epsilon_pld``).
     """
 

@@ -15,7 +15,7 @@ Neighbouring relation: two federations differ in *all* records of one user, in e
 User-level sub-sampling (Algorithm 4, Remark 1): the server Poisson-samples users with rate ``q = user_rate``
 every round and the weights of the users **not** sampled are set to 0 (Algorithm 4 prints the opposite, a typo).
 For ``naive``, an unsampled user's records are left out of the round's local training. ``|U|`` is the public
-``data.users.count``. Accounting: :mod:`mechanisms.uldp.accountant`. Every silo must take part in every round
+``data.users.count``. Accounting: :mod:`privsilo.mechanisms.uldp.accountant`. Every silo must take part in every round
 (client sampling would drop a silo's share of the noise), so ``federation.client_rate`` must be 1.
 """
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from mechanisms.base import GlobalState, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
-from mechanisms.uldp.variants import Variant
-from mechanisms.uldp.params import UldpParams
-from mechanisms.uldp.weights import UserSample, sample_users
+from privsilo.mechanisms.base import GlobalState, Mechanism, PrivacyAccountant, ServerMechanism, SiloContext, SiloMechanism
+from privsilo.mechanisms.uldp.variants import Variant
+from privsilo.mechanisms.uldp.params import UldpParams
+from privsilo.mechanisms.uldp.weights import UserSample, sample_users
 
 if TYPE_CHECKING:
-    from protocols.base import ServerProtocol, SiloProtocol
+    from privsilo.protocols.base import ServerProtocol, SiloProtocol
 
 PER_USER_VARIANTS = (Variant.AVG, Variant.AVG_W, Variant.SGD)
 
@@ -70,7 +70,7 @@ class Uldp(Mechanism):
     audit_units = ("user",)
 
     def silo(self, context: SiloContext) -> SiloMechanism:
-        from mechanisms.uldp.silo import build_silo  # torch-side code, imported by the silos only
+        from privsilo.mechanisms.uldp.silo import build_silo  # torch-side code, imported by the silos only
 
         return build_silo(context, self.params)
 
@@ -90,7 +90,7 @@ class Uldp(Mechanism):
         """``weighting: private``: the private weighting protocol (Paillier), given this silo's own counts only."""
         if not self.brings_protocol():
             return None
-        from protocols.private_weighting.silo import PwpSilo
+        from privsilo.protocols.private_weighting.silo import PwpSilo
 
         histogram = np.asarray(context.user_histogram)
         length = sum(p.numel() for p in context.model.parameters())
@@ -103,7 +103,7 @@ class Uldp(Mechanism):
     ) -> ServerProtocol | None:
         if not self.brings_protocol():
             return None
-        from protocols.private_weighting.server import PwpServer
+        from privsilo.protocols.private_weighting.server import PwpServer
 
         if num_users is None:
             raise ValueError("uldp needs data.users")
@@ -111,7 +111,7 @@ class Uldp(Mechanism):
                                                       fractional_bits=fractional_bits, min_participants=min_participants))
 
     def _weighting_config(self, *, num_silos: int, num_users: int, length: int, fractional_bits: int, min_participants: int):
-        from protocols.private_weighting import PwpConfig
+        from privsilo.protocols.private_weighting import PwpConfig
 
         return PwpConfig(
             num_users=num_users, num_silos=num_silos, length=int(length), max_abs_delta=self.params.max_grad_norm,
@@ -120,7 +120,7 @@ class Uldp(Mechanism):
         )
 
     def accountant(self) -> PrivacyAccountant:
-        from mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts
+        from privsilo.mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts
 
         params = self.params
         return UldpAccountant(
@@ -147,6 +147,6 @@ class Uldp(Mechanism):
 
     @classmethod
     def sweep_plotter(cls) -> Callable[..., None]:
-        from mechanisms.uldp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
+        from privsilo.mechanisms.uldp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
 
         return plot_sweep

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mechanisms.base import MechanismParams, pld_needs_its_smallest_delta
+from privsilo.mechanisms.base import MechanismParams, pld_needs_its_smallest_delta
 
 AUDITED_VARIANTS = ("avg", "avg_w", "sgd")  # an audit's canary users are per-user clipped deltas
 
@@ -104,7 +104,7 @@ class UldpParams(MechanismParams):
                 "hide: use variant avg_w, or weighting plain"
             )
         if self.weighting == "private":
-            from protocols.private_weighting.layout import HeadroomError, check_conversion
+            from privsilo.protocols.private_weighting.layout import HeadroomError, check_conversion
 
             try:
                 check_conversion(key_bits=self.paillier_key_bits, max_records_per_user=self.max_records_per_user)

@@ -1,4 +1,4 @@
-"""Silo side of ``uldp``: one class per family of variants (see :mod:`mechanisms.uldp.mechanism`).
+"""Silo side of ``uldp``: one class per family of variants (see :mod:`privsilo.mechanisms.uldp.mechanism`).
 
 All randomness (mini-batches, DP-SGD sampling, Gaussian noise) comes from the silo's ``context.generator``.
 """
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     GlobalState,
     PrivacyBudgetError,
     SiloContext,
@@ -19,14 +19,14 @@ from mechanisms.base import (
     load_vector_into_model,
     model_to_vector,
 )
-from mechanisms.dp_sgd import noisy_local_training
-from mechanisms.fedavg import local_sgd
-from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.uldp.variants import Variant, naive_noise_factor, naive_noise_multiplier
-from mechanisms.uldp.params import UldpParams
-from mechanisms.uldp.training import clip_rows, train_users
-from mechanisms.uldp.weights import plan_mask, resolve_group_k, round_robin_quota, user_weights
-from protocols.private_weighting.messages import UserDeltas
+from privsilo.mechanisms.dp_sgd import noisy_local_training
+from privsilo.mechanisms.fedavg import local_sgd
+from privsilo.mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from privsilo.mechanisms.uldp.variants import Variant, naive_noise_factor, naive_noise_multiplier
+from privsilo.mechanisms.uldp.params import UldpParams
+from privsilo.mechanisms.uldp.training import clip_rows, train_users
+from privsilo.mechanisms.uldp.weights import plan_mask, resolve_group_k, round_robin_quota, user_weights
+from privsilo.protocols.private_weighting.messages import UserDeltas
 
 
 class _UldpSilo(SiloMechanism):
@@ -125,7 +125,7 @@ class PerUserSilo(_UldpSilo):
         return SiloContribution(vector=total + self._noise(total.size, std), events=(event,))
 
     def canary_sum(self, dimension: int, round_index: int) -> np.ndarray:
-        """An audit's canary users (:mod:`mechanisms.canaries`): each sampled one adds ``w_{s,u} C u`` (its clipped
+        """An audit's canary users (:mod:`privsilo.mechanisms.canaries`): each sampled one adds ``w_{s,u} C u`` (its clipped
         delta is ``C u`` in every silo holding its records; SGD's rows are gradients, so ``-C u`` there)."""
         canaries = self.context.canaries
         if canaries is None or not len(canaries):
@@ -183,7 +183,7 @@ class GroupSilo(_UldpSilo):
         return dataclasses.replace(self.context, features=self.context.features[index], labels=self.context.labels[index])
 
     def __getstate__(self) -> dict:
-        # a snapshot holds no records (simulator.snapshots): the kept copies are rebuilt from the context on load
+        # a snapshot holds no records (privsilo.simulator.engine.snapshots): the kept copies are rebuilt from the context on load
         return {key: value for key, value in self.__dict__.items() if key != "local"}
 
     def __setstate__(self, state: dict) -> None:

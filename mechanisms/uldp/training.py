@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from torch.func import functional_call, grad, vmap
 
-from mechanisms.proximal import ProximalTerm
+from privsilo.mechanisms.proximal import ProximalTerm
 
 _ONE_BUCKET_SLACK = 4096  # padded records
 _UNVECTORISABLE = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.Dropout)

@@ -1,7 +1,7 @@
 """Sizes of the private weighting protocol: headroom, slot packing and the precision bound (no crypto here, so
 scenario validation can check them cheaply).
 
-Numbers (Kato et al., VLDB 2024, Protocol 1 and Algorithm 5, as changed by ``protocols.private_weighting``):
+Numbers (Kato et al., VLDB 2024, Protocol 1 and Algorithm 5, as changed by ``privsilo.protocols.private_weighting``):
 
 * ``C_LCM = lcm(1, ..., N_max)``: ``C_LCM n_{s,u} / N_u`` is an integer for every ``N_u <= N_max``. It has about
   ``1.44 N_max`` bits (2,878 at ``N_max = 2000``).
@@ -11,7 +11,7 @@ Numbers (Kato et al., VLDB 2024, Protocol 1 and Algorithm 5, as changed by ``pro
   bits``. This is the only place ``C_LCM`` meets the modulus: the per-round plaintexts are fixed-point numbers.
 * Per round, the values ``sum_{s,u} w_{s,u} Delta_{s,u,j} + sum_s z_{s,j}`` are packed ``K`` to a ciphertext in
   signed slots of ``L = F + 64`` bits: ``F`` weight bits plus the 64-bit range of the shared
-  [`FixedPointCodec`][protocols.fixed_point.FixedPointCodec] built for sums of ``|U| + |S|`` values (its headroom bits keep
+  [`FixedPointCodec`][privsilo.protocols.fixed_point.FixedPointCodec] built for sums of ``|U| + |S|`` values (its headroom bits keep
   every slot sum below ``2^(L-1)``). ``K = floor((key bits - 2) / L)``: 31 at 3,072 bits.
 * **Precision** (per coordinate, against the plain float64 weighted sum): per-user deltas are encoded by
   truncation (error < ``P = 2^-f`` each, and a clipped delta stays clipped), weights carry ``|w_hat - w| <=
@@ -106,7 +106,7 @@ def check_headroom(*, key_bits: int, max_records_per_user: int, fractional_bits:
     the key; the message says which ``N_max`` fits and which key size would fit) or ``fractional_bits`` (the
     codec has no room for values with that precision summed over ``num_users + num_silos`` terms).
     """
-    from protocols.fixed_point import FixedPointCodec
+    from privsilo.protocols.fixed_point import FixedPointCodec
 
     check_conversion(key_bits=key_bits, max_records_per_user=max_records_per_user)
     try:

@@ -12,8 +12,8 @@ from typing import Mapping
 
 import numpy as np
 
-from protocols.base import ReadOnlyMappings, read_only
-from protocols.secure_aggregation import KeyDirectory
+from privsilo.protocols.base import ReadOnlyMappings, read_only
+from privsilo.protocols.secure_aggregation import KeyDirectory
 
 
 @dataclass(frozen=True)

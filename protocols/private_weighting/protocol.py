@@ -22,7 +22,7 @@ Set-up (stages ``PwpStage``, relayed by the server):
    ``w = n_{s,u} / N_u``, so ``sum_s w_hat <= 2^F``: a user's weights still sum to at most 1.
 5. ``BUILD_TABLES``: each silo builds fixed-base window tables of its users' ``Enc(w_hat)`` (and, where they pay
    for themselves over the run's rounds, of ``Enc(w_hat)^(2^(L k))`` for the slots k: see
-   ``protocols.private_weighting.tables``).
+   ``privsilo.protocols.private_weighting.tables``).
 
 Each round (``PwpSilo.protect`` / ``PwpServer.combine``): a silo encodes its users' clipped deltas by
 truncation (``e = trunc(Delta 2^f)``, so a clipped delta stays clipped) and computes, for ``K`` parameters per
@@ -51,8 +51,8 @@ Where the paper's protocol leaks, and what is done instead:
 Threat model: honest-but-curious server and silos, no dropouts. A silo colluding with the server learns every
 ``N_u`` (it knows ``r_u``, the server ``r_u N_u``), as the paper states. The server learns which users have no
 record anywhere (``N_u = 0``); the silos learn the round's user sample (privsilo's plan, as in plain mode).
-Sizes, headroom and the precision bound: [`protocols.private_weighting.layout`][protocols.private_weighting.layout]; the parties:
-[`protocols.private_weighting.silo`][protocols.private_weighting.silo] (``PwpSilo``) and [`protocols.private_weighting.server`][protocols.private_weighting.server] (``PwpServer``).
+Sizes, headroom and the precision bound: [`privsilo.protocols.private_weighting.layout`][privsilo.protocols.private_weighting.layout]; the parties:
+[`privsilo.protocols.private_weighting.silo`][privsilo.protocols.private_weighting.silo] (``PwpSilo``) and [`privsilo.protocols.private_weighting.server`][privsilo.protocols.private_weighting.server] (``PwpServer``).
 """
 from __future__ import annotations
 
@@ -67,12 +67,12 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from gmpy2 import mpz
 
-from protocols.base import ProtocolStateError
-from protocols.crypto_random import CryptoRandom
-from protocols.fixed_point import FixedPointCodec
-from protocols.paillier import check_key_bits
-from protocols.private_weighting.layout import KAPPA, VALUE_BITS, WEIGHT_FRACTIONAL_BITS, SlotLayout, check_headroom, lcm_up_to
-from protocols.secure_aggregation import mask_stream
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.crypto_random import CryptoRandom
+from privsilo.protocols.fixed_point import FixedPointCodec
+from privsilo.protocols.paillier import check_key_bits
+from privsilo.protocols.private_weighting.layout import KAPPA, VALUE_BITS, WEIGHT_FRACTIONAL_BITS, SlotLayout, check_headroom, lcm_up_to
+from privsilo.protocols.secure_aggregation import mask_stream
 
 TABLE_BUDGET = 1 << 19
 """Window-table entries a silo may hold (about 420 MB of ciphertexts at 3,072 bits)."""
@@ -162,7 +162,7 @@ class PwpConfig:
 
 def prg_residues(key: bytes, *, label: bytes, index: int, count: int, modulus: int) -> list[mpz]:
     """``count`` pseudorandom residues modulo ``modulus``, statistically uniform (``KAPPA`` extra bits each):
-    secure aggregation's AES-256-CTR stream ([`mask_stream`][protocols.secure_aggregation.mask_stream]) under
+    secure aggregation's AES-256-CTR stream ([`mask_stream`][privsilo.protocols.secure_aggregation.mask_stream]) under
     ``HKDF-SHA256(key, label)``, at nonce ``index``."""
     subkey = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL + label).derive(key)
     words = (int(modulus).bit_length() + KAPPA + 63) // 64

@@ -1,4 +1,4 @@
-"""Server side of the private weighting protocol (see ``protocols.private_weighting`` for the protocol)."""
+"""Server side of the private weighting protocol (see ``privsilo.protocols.private_weighting`` for the protocol)."""
 from __future__ import annotations
 
 import enum
@@ -9,13 +9,13 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from protocols.base import ProtocolStateError, ServerProtocol, check_participants, collect_round_messages
-from protocols.crypto_random import CryptoRandom
-from protocols.fixed_point import EncodingOverflowError
-from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting.protocol import PwpConfig, PwpStage, expect_stage, next_stage
-from protocols.private_weighting.layout import KAPPA
-from protocols.private_weighting.messages import (
+from privsilo.protocols.base import ProtocolStateError, ServerProtocol, check_participants, collect_round_messages
+from privsilo.protocols.crypto_random import CryptoRandom
+from privsilo.protocols.fixed_point import EncodingOverflowError
+from privsilo.protocols.paillier import PaillierKeyPair
+from privsilo.protocols.private_weighting.protocol import PwpConfig, PwpStage, expect_stage, next_stage
+from privsilo.protocols.private_weighting.layout import KAPPA
+from privsilo.protocols.private_weighting.messages import (
     BlindedCounts,
     ConvertedWeights,
     EncryptedInverses,
@@ -26,7 +26,7 @@ from protocols.private_weighting.messages import (
     SeedDelivery,
     SetupDone,
 )
-from protocols.secure_aggregation import KeyAgreementDone, build_key_directory
+from privsilo.protocols.secure_aggregation import KeyAgreementDone, build_key_directory
 
 
 class PwpServer(ServerProtocol):

@@ -1,4 +1,4 @@
-"""Silo side of the private weighting protocol (see ``protocols.private_weighting`` for the protocol)."""
+"""Silo side of the private weighting protocol (see ``privsilo.protocols.private_weighting`` for the protocol)."""
 from __future__ import annotations
 
 import enum
@@ -11,10 +11,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from gmpy2 import mpz
 
-from protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index
-from protocols.crypto_random import CryptoRandom
-from protocols.paillier import PaillierPublicKey, batch_invert
-from protocols.private_weighting.protocol import (
+from privsilo.protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index
+from privsilo.protocols.crypto_random import CryptoRandom
+from privsilo.protocols.paillier import PaillierPublicKey, batch_invert
+from privsilo.protocols.private_weighting.protocol import (
     TABLE_BUDGET,
     PwpConfig,
     PwpStage,
@@ -26,9 +26,9 @@ from protocols.private_weighting.protocol import (
     seed_aead,
     seed_context,
 )
-from protocols.private_weighting.layout import KAPPA, WEIGHT_FRACTIONAL_BITS
-from protocols.private_weighting.tables import TablePlan, WeightPowers, plan_tables
-from protocols.private_weighting.messages import (
+from privsilo.protocols.private_weighting.layout import KAPPA, WEIGHT_FRACTIONAL_BITS
+from privsilo.protocols.private_weighting.tables import TablePlan, WeightPowers, plan_tables
+from privsilo.protocols.private_weighting.messages import (
     BlindedCounts,
     ConvertedWeights,
     EncryptedInverses,
@@ -40,7 +40,7 @@ from protocols.private_weighting.messages import (
     SetupDone,
     UserDeltas,
 )
-from protocols.secure_aggregation import KeyAdvertisement, KeyAgreementDone, derive_pairwise_keys
+from privsilo.protocols.secure_aggregation import KeyAdvertisement, KeyAgreementDone, derive_pairwise_keys
 
 
 class PwpSilo(SiloProtocol):

@@ -1,11 +1,11 @@
 """A silo's per-round work in the private weighting protocol: its users' encrypted weights raised to the round's
 exponents and packed, ``K`` values of ``L`` bits to a ciphertext (Kato et al., VLDB 2024, Protocol 1, weighting
-step (2)(b), rebuilt for speed; see :mod:`protocols.private_weighting`).
+step (2)(b), rebuilt for speed; see :mod:`privsilo.protocols.private_weighting`).
 
 For every ciphertext c the silo needs ``prod_k prod_u Enc(w_u)^(e_{u,cK+k} 2^(L k)) = Enc(sum_k 2^(L k) sum_u w_u
 e_{u,cK+k})``. Two costs compete, both in multiplications modulo ``n^2``:
 
-* **look-ups**: fixed-base window tables (:class:`~protocols.paillier.WindowTable`) give ``g^|e|`` in one
+* **look-ups**: fixed-base window tables (:class:`~privsilo.protocols.paillier.WindowTable`) give ``g^|e|`` in one
   multiplication per nonzero window digit and no squarings; the tables' bases serve every parameter;
 * **packing**: Horner's rule over the slots costs ``L`` squarings per value, whatever the number of users. Tables
   of the shifted bases ``Enc(w_u)^(2^(L k))`` for ``k < shifts`` pack ``shifts`` consecutive slots by look-ups
@@ -27,8 +27,8 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from protocols.paillier import WindowTable, batch_invert
-from protocols.private_weighting.layout import SlotLayout
+from privsilo.protocols.paillier import WindowTable, batch_invert
+from privsilo.protocols.private_weighting.layout import SlotLayout
 
 INVERSION_COST = 4
 """Multiplications per group for the signs: Montgomery's batch inversion (3) and the product with the inverse (1)."""

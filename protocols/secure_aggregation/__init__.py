@@ -3,7 +3,7 @@
 its signed keys and consistency round) on a sparse random graph (SecAgg+: Bell et al., "Secure Single-Server
 Aggregation with (Poly)Logarithmic Overhead", CCS 2020).
 
-Every round ``r`` with sampled participants ``P`` is a fresh protocol instance (``protocols.base`` gives the
+Every round ``r`` with sampled participants ``P`` is a fresh protocol instance (``privsilo.protocols.base`` gives the
 engine's loop). With ``server="may_lie"`` a set-up registers every silo's Ed25519 identity key
 (``signatures.py``). Per round:
 
@@ -61,9 +61,9 @@ Minimum participants and range: both sides take ``min_participants`` (>= 2) and 
 built for sums of up to the federation's size; a silo refuses to mask for a smaller round or to unmask when
 fewer uploaded, and the server abandons such a round before asking for any share.
 """
-from protocols.secure_aggregation.graph import harary_degree, public_permutation, round_graph
-from protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
-from protocols.secure_aggregation.messages import (
+from privsilo.protocols.secure_aggregation.graph import harary_degree, public_permutation, round_graph
+from privsilo.protocols.secure_aggregation.masks import PAIRWISE_KEY_LABEL, derive_pairwise_key, mask_stream, self_mask_key
+from privsilo.protocols.secure_aggregation.messages import (
     CommitmentList,
     ConfirmedUploaders,
     ConsistencyRequest,
@@ -83,7 +83,7 @@ from protocols.secure_aggregation.messages import (
     UnmaskReply,
     UnmaskRequest,
 )
-from protocols.secure_aggregation.parameters import (
+from privsilo.protocols.secure_aggregation.parameters import (
     CORRECTNESS_PARAMETER,
     DEFAULT_CORRUPT_FRACTION,
     DEFAULT_DROPOUT_RATE,
@@ -101,15 +101,15 @@ from protocols.secure_aggregation.parameters import (
     round_parameters,
     run_report,
 )
-from protocols.secure_aggregation.run_keys import (
+from privsilo.protocols.secure_aggregation.run_keys import (
     KeyAdvertisement,
     KeyAgreementDone,
     KeyDirectory,
     build_key_directory,
     derive_pairwise_keys,
 )
-from protocols.secure_aggregation.server import SecAggServer
-from protocols.secure_aggregation.silo import SecAggSilo
+from privsilo.protocols.secure_aggregation.server import SecAggServer
+from privsilo.protocols.secure_aggregation.silo import SecAggSilo
 
 __all__ = [
     "CORRECTNESS_PARAMETER",

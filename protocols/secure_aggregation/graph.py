@@ -4,7 +4,7 @@ round's participants under a uniformly random relabelling drawn from public rand
 
 ``H(n, K)`` places the ``n`` nodes on a circle and joins each to the ``K // 2`` nearest on either side; for odd
 ``K`` (then ``n`` is even) also to the node opposite. It is ``K``-regular and ``K``-connected. A ``K``-regular
-graph needs ``n * K`` even, so an odd ``K`` with odd ``n`` becomes ``K + 1`` ([`harary_degree`][protocols.secure_aggregation.graph.harary_degree]).
+graph needs ``n * K`` even, so an odd ``K`` with odd ``n`` becomes ``K + 1`` ([`harary_degree`][privsilo.protocols.secure_aggregation.graph.harary_degree]).
 
 The relabelling is a Fisher-Yates shuffle of the sorted participant ids driven by the SHAKE-256 stream of
 ``(seed, round_index)``. The seed is the hash of every key advertised in the round (``signatures.graph_seed``):
@@ -18,7 +18,7 @@ import hashlib
 from functools import lru_cache
 from typing import Iterable
 
-from protocols.crypto_random import CryptoRandom
+from privsilo.protocols.crypto_random import CryptoRandom
 
 GRAPH_LABEL = b"privsilo secagg+ harary relabelling v1"
 
@@ -32,7 +32,7 @@ def harary_degree(n: int, degree: int) -> int:
 
 
 def harary_positions(position: int, *, n: int, degree: int) -> tuple[int, ...]:
-    """The neighbours of ``position`` in ``H(n, degree)`` (``degree`` as [`harary_degree`][protocols.secure_aggregation.graph.harary_degree] returns it)."""
+    """The neighbours of ``position`` in ``H(n, degree)`` (``degree`` as [`harary_degree`][privsilo.protocols.secure_aggregation.graph.harary_degree] returns it)."""
     offsets = {j for k in range(1, degree // 2 + 1) for j in (k, -k)}
     if degree % 2:
         offsets.add(n // 2)
@@ -61,7 +61,7 @@ def round_graph(
     participants: Iterable[int], *, degree: int | None, seed: int, round_index: int
 ) -> dict[int, tuple[int, ...]]:
     """Every participant's neighbours (sorted ids) in round ``round_index``: the complete graph for ``degree``
-    ``None`` (or ``>= n - 1``), else ``H(n, harary_degree(n, degree))`` relabelled by [`public_permutation`][protocols.secure_aggregation.graph.public_permutation].
+    ``None`` (or ``>= n - 1``), else ``H(n, harary_degree(n, degree))`` relabelled by [`public_permutation`][privsilo.protocols.secure_aggregation.graph.public_permutation].
     The answer is shared between callers in a process (many silos of a worker ask for the same graph): read only."""
     return _round_graph(tuple(sorted(participants)), degree, seed, round_index)
 
@@ -81,7 +81,7 @@ def _round_graph(ids: tuple[int, ...], degree: int | None, seed: int, round_inde
 
 
 def connected(nodes: frozenset[int], graph: dict[int, tuple[int, ...]]) -> bool:
-    """Whether ``nodes`` induce a connected subgraph of ``graph``, a graph of [`round_graph`][protocols.secure_aggregation.graph.round_graph]. The
+    """Whether ``nodes`` induce a connected subgraph of ``graph``, a graph of [`round_graph`][privsilo.protocols.secure_aggregation.graph.round_graph]. The
     uploaders' pairwise masks hide each upload only inside the group the graph connects it to, so unmasking
     uploaders that are split into groups would reveal each group's sum (Bell et al. Sec. 3).
 

@@ -1,8 +1,8 @@
 """Checks shared by both sides of secure aggregation: silo ids, the minimum round size and the codec's headroom."""
 from __future__ import annotations
 
-from protocols.base import ProtocolStateError
-from protocols.fixed_point import FixedPointCodec
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.fixed_point import FixedPointCodec
 
 
 def check_silo_id(silo_id: int) -> None:

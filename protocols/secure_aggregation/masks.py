@@ -3,7 +3,7 @@ mask keys and the masked input's PRG): X25519 + HKDF-SHA256 keys, AES-256-CTR ke
 uint64 words; the self-mask ``PRG(b)`` uses the same stream under a key derived from the seed ``b``.
 
 AES in counter mode is the PRG because the processor's AES instructions make its keystream about twice as fast as
-ChaCha20's here (``benchmarks/bench_mask_prg.py``); a silo expands one stream of the whole model per neighbour
+ChaCha20's here (``benchmarks/protocols/bench_mask_prg.py``); a silo expands one stream of the whole model per neighbour
 every round, one of the two largest costs of SecAgg+ at scale."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from protocols.base import read_only
-from protocols.kdf import hkdf_sha256
+from privsilo.protocols.base import read_only
+from privsilo.protocols.kdf import hkdf_sha256
 
 PAIRWISE_KEY_LABEL = b"privsilo secure aggregation pairwise mask key v1"
 SELF_MASK_LABEL = b"privsilo secure aggregation self-mask key v1"
@@ -50,7 +50,7 @@ def mask_stream(pairwise_key: bytes, *, round_index: int, length: int) -> np.nda
 
 
 class MaskStreams:
-    """Writes [`mask_stream`][protocols.secure_aggregation.masks.mask_stream] words into a caller's ``uint64`` array, with one zero block (the cipher's input)
+    """Writes [`mask_stream`][privsilo.protocols.secure_aggregation.masks.mask_stream] words into a caller's ``uint64`` array, with one zero block (the cipher's input)
     kept for every stream of one length: a silo masking for n peers expands n streams without allocating any."""
 
     def __init__(self, length: int) -> None:

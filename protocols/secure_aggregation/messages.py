@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from protocols.base import ReadOnlyMappings
+from privsilo.protocols.base import ReadOnlyMappings
 
 
 class SecAggStage(enum.Enum):

@@ -84,7 +84,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Iterable, Literal, Union
 
-from protocols.secure_aggregation.graph import harary_degree
+from privsilo.protocols.secure_aggregation.graph import harary_degree
 
 SECURITY_PARAMETER = 40
 """sigma: ``auto`` keeps the security failure probability at most ``2^-sigma``."""
@@ -107,7 +107,7 @@ SERVER_ASSUMPTIONS = {
 about who advertised, shared and uploaded (then keys are signed and unmasking waits for the consistency round)."""
 
 Neighbours = Union[Literal["all", "auto"], int, None]
-"""``"all"``, ``"auto"``, a degree ``K``, or ``None``: the default, [`default_neighbours`][protocols.secure_aggregation.parameters.default_neighbours]'s choice."""
+"""``"all"``, ``"auto"``, a degree ``K``, or ``None``: the default, [`default_neighbours`][privsilo.protocols.secure_aggregation.parameters.default_neighbours]'s choice."""
 ServerModel = Literal["honest_but_curious", "may_lie"]
 
 
@@ -301,7 +301,7 @@ def round_parameters(
 ) -> RoundParameters:
     """Degree, threshold and share-set size for a round of ``n`` participants.
 
-    ``neighbours``: ``None`` (``default_neighbours`` for the federation), ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
+    ``neighbours``: ``None`` (``default_neighbours`` for the federation), ``"all"`` (complete graph), ``"auto"`` ([`auto_parameters`][privsilo.protocols.secure_aggregation.parameters.auto_parameters]; ``threshold`` must be
     ``None``) or ``K >= 1`` (``H(n, K)``, complete once ``K >= n - 1``). ``threshold`` ``None`` is a majority of
     the share set. Raises ``ValueError`` for parameters no round of ``n`` can run safely: a threshold below 2 (one
     share would be the secret), above the share set (nothing could ever be recovered) or, when the server may
@@ -333,7 +333,7 @@ def round_parameters(
 
 @dataclass(frozen=True)
 class GraphSettings:
-    """One side's configuration of the graph and threshold; [`for_round`][protocols.secure_aggregation.parameters.GraphSettings.for_round] resolves it for a round of ``n``
+    """One side's configuration of the graph and threshold; [`for_round`][privsilo.protocols.secure_aggregation.parameters.GraphSettings.for_round] resolves it for a round of ``n``
     participants (both sides resolve it alike, and a silo refuses a round whose relayed threshold differs).
     ``federation``: the number of silos rounds are sampled from (``None``: every round holds all of them)."""
 

@@ -1,5 +1,5 @@
 """Run-level pairwise key agreement (Bonawitz et al., CCS 2017, round 1 ``KA.agree``, run once at set-up): the
-private-weighting protocol (``protocols.private_weighting``) builds its set-up stages on it. Secure aggregation
+private-weighting protocol (``privsilo.protocols.private_weighting``) builds its set-up stages on it. Secure aggregation
 itself agrees fresh keys every round (see the package docstring for why)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Mapping
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from protocols.base import ProtocolStateError, ReadOnlyMappings
-from protocols.secure_aggregation.limits import check_silo_id
-from protocols.secure_aggregation.masks import derive_pairwise_key
+from privsilo.protocols.base import ProtocolStateError, ReadOnlyMappings
+from privsilo.protocols.secure_aggregation.limits import check_silo_id
+from privsilo.protocols.secure_aggregation.masks import derive_pairwise_key
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class KeyAgreementDone:
 def derive_pairwise_keys(
     *, private_key: X25519PrivateKey, directory: KeyDirectory, own_id: int
 ) -> Mapping[int, bytes]:
-    """Every pairwise key of silo ``own_id`` (see [`derive_pairwise_key`][protocols.secure_aggregation.derive_pairwise_key]), by peer id, read-only.
+    """Every pairwise key of silo ``own_id`` (see [`derive_pairwise_key`][privsilo.protocols.secure_aggregation.derive_pairwise_key]), by peer id, read-only.
 
     Raises ``ProtocolStateError`` if the directory does not hold this silo's own public key (a relay error).
     """

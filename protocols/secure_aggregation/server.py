@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Collection, Mapping
 
 import numpy as np
-from protocols.base import (
+from privsilo.protocols.base import (
     ProtocolStateError,
     RoundAbandoned,
     ServerProtocol,
@@ -19,11 +19,11 @@ from protocols.base import (
     check_round_index,
     collect_round_messages,
 )
-from protocols.fixed_point import EncodingOverflowError, FixedPointCodec
-from protocols.secure_aggregation.graph import connected, round_graph
-from protocols.secure_aggregation.limits import check_count, check_minimum
-from protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
-from protocols.secure_aggregation.messages import (
+from privsilo.protocols.fixed_point import EncodingOverflowError, FixedPointCodec
+from privsilo.protocols.secure_aggregation.graph import connected, round_graph
+from privsilo.protocols.secure_aggregation.limits import check_count, check_minimum
+from privsilo.protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
+from privsilo.protocols.secure_aggregation.messages import (
     CommitmentList,
     ConfirmedUploaders,
     ConsistencyRequest,
@@ -43,7 +43,7 @@ from protocols.secure_aggregation.messages import (
     UnmaskReply,
     UnmaskRequest,
 )
-from protocols.secure_aggregation.parameters import (
+from privsilo.protocols.secure_aggregation.parameters import (
     DEFAULT_CORRUPT_FRACTION,
     DEFAULT_DROPOUT_RATE,
     GraphSettings,
@@ -52,7 +52,7 @@ from protocols.secure_aggregation.parameters import (
     ServerModel,
     dropped_silos,
 )
-from protocols.secure_aggregation.sharing import (
+from privsilo.protocols.secure_aggregation.sharing import (
     Share,
     consistent,
     mask_private_key,
@@ -60,7 +60,7 @@ from protocols.secure_aggregation.sharing import (
     recover,
     valid_public_key,
 )
-from protocols.secure_aggregation.signatures import (
+from privsilo.protocols.secure_aggregation.signatures import (
     advertisement_message,
     commitment_message,
     graph_seed,

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from protocols.base import ProtocolStateError
-from protocols.crypto_random import CryptoRandom
-from protocols.kdf import hkdf_sha256
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.crypto_random import CryptoRandom
+from privsilo.protocols.kdf import hkdf_sha256
 
 SEED_BYTES = 16
 """Length of the shared secrets: the mask seed and the self-mask seed."""
@@ -151,7 +151,7 @@ def holder_list(holders: Sequence[int]) -> bytes:
 
 class Channel:
     """The AES-GCM channel between silos ``own_id`` and ``peer_id`` for one round (Bonawitz et al., round 1),
-    under the key [`channel_key`][protocols.secure_aggregation.sharing.channel_key] derived once for both
+    under the key [`channel_key`][privsilo.protocols.secure_aggregation.sharing.channel_key] derived once for both
     directions."""
 
     def __init__(self, key: bytes, *, own_id: int, peer_id: int, round_index: int) -> None:

@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from protocols.secure_aggregation.messages import RoundRoster
+from privsilo.protocols.secure_aggregation.messages import RoundRoster
 
 ADVERTISEMENT_LABEL = b"privsilo secagg signed round keys v2"
 COMMITMENT_LABEL = b"privsilo secagg commitment to round keys v1"

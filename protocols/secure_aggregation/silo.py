@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index, read_only
-from protocols.crypto_random import CryptoRandom
-from protocols.fixed_point import FixedPointCodec
-from protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
-from protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
-from protocols.secure_aggregation.graph import connected, round_graph
-from protocols.secure_aggregation.messages import (
+from privsilo.protocols.base import ProtocolStateError, SiloProtocol, check_participants, check_round_index, read_only
+from privsilo.protocols.crypto_random import CryptoRandom
+from privsilo.protocols.fixed_point import FixedPointCodec
+from privsilo.protocols.secure_aggregation.limits import check_count, check_minimum, check_silo_id
+from privsilo.protocols.secure_aggregation.masks import derive_pairwise_key, mask_sum, self_mask_key
+from privsilo.protocols.secure_aggregation.graph import connected, round_graph
+from privsilo.protocols.secure_aggregation.messages import (
     CommitmentList,
     ConfirmedUploaders,
     ConsistencyRequest,
@@ -34,7 +34,7 @@ from protocols.secure_aggregation.messages import (
     UnmaskReply,
     UnmaskRequest,
 )
-from protocols.secure_aggregation.parameters import (
+from privsilo.protocols.secure_aggregation.parameters import (
     DEFAULT_CORRUPT_FRACTION,
     DEFAULT_DROPOUT_RATE,
     GraphSettings,
@@ -43,7 +43,7 @@ from protocols.secure_aggregation.parameters import (
     ServerModel,
     dropped_silos,
 )
-from protocols.secure_aggregation.sharing import (
+from privsilo.protocols.secure_aggregation.sharing import (
     SEED_BYTES,
     Channel,
     Share,
@@ -53,7 +53,7 @@ from protocols.secure_aggregation.sharing import (
     public_bytes,
     split,
 )
-from protocols.secure_aggregation.signatures import (
+from privsilo.protocols.secure_aggregation.signatures import (
     IDENTITY_KEY_BYTES,
     advertisement_message,
     commitment_message,
@@ -207,7 +207,7 @@ class SecAggSilo(SiloProtocol):
     """Silo side: per round, advertises fresh keys, shares its seeds with its neighbours, masks its vector twice
     and answers the server's unmasking request (see the package docstring).
 
-    ``random`` defaults to the operating system's CSPRNG (pass ``protocols.crypto_random.seeded_for_tests``
+    ``random`` defaults to the operating system's CSPRNG (pass ``privsilo.protocols.crypto_random.seeded_for_tests``
     only in tests; Shamir's polynomial coefficients come from it too). The silo masks only for rounds of
     at least ``min_participants`` (>= 2) and at most ``codec.max_summands`` participants, and refuses a
     relayed threshold that differs from what ``neighbours``/``threshold`` give for the round's size (out of

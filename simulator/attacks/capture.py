@@ -2,7 +2,7 @@
 target silos trained on (for the report).
 
 :func:`capture_round` runs a scenario's federation up to ``attack.round`` and returns a :class:`RoundCapture`:
-per target silo an :class:`~simulator.attacks.observation.Observation` built only from the server inbox, the
+per target silo an :class:`~privsilo.simulator.attacks.observation.Observation` built only from the server inbox, the
 broadcast global state (every hypothesis, for d-privacy) and public settings, among them the local training the
 silo runs (:func:`local_steps_run`), and a :class:`GroundTruth` that the simulator notes inside the silo
 (``Silo.watch_inputs``: which records its local training fed to the model) and hands to the report only.
@@ -14,14 +14,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.attacks.inversion import check_has_gradients
-from simulator.attacks.observation import Observation
-from simulator.attacks.targets import check_target, local_steps_run
-from simulator.data import Dataset
-from simulator.engine import Federation
-from simulator.errors import ScenarioError
-from simulator.models import build_model
-from simulator.scenario import Scenario
+from privsilo.simulator.attacks.inversion import check_has_gradients
+from privsilo.simulator.attacks.observation import Observation
+from privsilo.simulator.attacks.targets import check_target, local_steps_run
+from privsilo.simulator.data import Dataset
+from privsilo.simulator.engine import Federation
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.scenario import Scenario
 
 
 @dataclass(frozen=True)

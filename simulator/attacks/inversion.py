@@ -13,7 +13,7 @@ gradient, which has the same signs when the features are non-negative); then the
 
 **The attacker's model of the round.** The observed gradient is ``-delta / lr`` of the upload, read from the
 broadcast hypothesis nearest to it when the mechanism uploads parameters (see
-:meth:`~simulator.attacks.observation.Observation.observed_gradient`). The attacker replays the silo's
+:meth:`~privsilo.simulator.attacks.observation.Observation.observed_gradient`). The attacker replays the silo's
 ``local_steps`` SGD steps at ``lr`` from that hypothesis on the dummy records and sums their gradients (the
 "local updates" user of the breaching library): every step on the same batch when the silo holds one batch, else
 step k on its own ``batch_size`` dummies. For ``dp_sgd`` and ``rpdp`` each dummy record's gradient is clipped to
@@ -41,10 +41,10 @@ import torch
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from mechanisms.base import load_vector_into_model
-from simulator.attacks.observation import Observation
-from simulator.errors import ScenarioError
-from simulator.models import build_model
+from privsilo.mechanisms.base import load_vector_into_model
+from privsilo.simulator.attacks.observation import Observation
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.models.builtin import build_model
 
 
 METHODS = ("dlg", "idlg")

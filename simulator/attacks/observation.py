@@ -3,9 +3,9 @@
 An honest-but-curious server sees exactly one protocol message per participating silo (the server inbox), and
 knows what it broadcast and the public settings of the federation. :class:`Observation` holds only those; the
 records the silo actually trained on (the ground truth of an attack report) live elsewhere
-(:class:`simulator.attacks.runner.GroundTruth`) and never enter an observation.
+(:class:`privsilo.simulator.attacks.runner.GroundTruth`) and never enter an observation.
 
-The upload is read by its mechanism's form (``Mechanism.upload_form``, `mechanisms.base`) into a
+The upload is read by its mechanism's form (``Mechanism.upload_form``, `privsilo.mechanisms.base`) into a
 :class:`ModelChange`: which broadcast hypothesis the silo trained and the model change ``delta``. FedAvg's
 ``[weight x delta, weight]`` (McMahan et al. 2017) has one hypothesis and gives ``delta`` after division by the
 weight; d-privacy's parameters ``theta_j + delta' + noise`` (Galli et al., ICISSP 2023) do not say j, so the
@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from protocols.plain import PlainVector
-from protocols.secure_aggregation import MaskedVector
-from mechanisms.base import TRAINED_PARAMETERS, WEIGHTED_DELTA
-from simulator.errors import ScenarioError
+from privsilo.protocols.plain import PlainVector
+from privsilo.protocols.secure_aggregation import MaskedVector
+from privsilo.mechanisms.base import TRAINED_PARAMETERS, WEIGHTED_DELTA
+from privsilo.simulator.errors import ScenarioError
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from simulator.attacks.metrics import to_pixels  # noqa: E402
-from simulator.attacks.report import AttackReport  # noqa: E402
-from simulator.data import DATASETS  # noqa: E402
-from simulator.reports import atomic_directory  # noqa: E402
+from privsilo.simulator.attacks.metrics import to_pixels  # noqa: E402
+from privsilo.simulator.attacks.results import AttackReport  # noqa: E402
+from privsilo.simulator.data import DATASETS  # noqa: E402
+from privsilo.simulator.run_dir.writers import atomic_directory  # noqa: E402
 
 MAX_COLUMNS = 16  # images shown in attack.png (the first runs' first images)
 

@@ -15,19 +15,19 @@ import ray
 import torch
 from tqdm.auto import tqdm
 
-from simulator.attacks.capture import GroundTruth, capture_round
-from simulator.attacks.inversion import InversionSettings, Reconstruction, invert, snapshot_steps
-from simulator.attacks.metrics import score_images, summarise_scores, to_pixels
-from simulator.attacks.observation import Observation
-from simulator.attacks.report import AttackReport, AttackRun
-from simulator.cluster import ActorDemand, Capacity, ray_session
-from simulator.data import DATASETS
-from simulator.engine import resources_needed
-from simulator.errors import ScenarioError
-from simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
-from simulator.shipping import code_to_ship
-from simulator.detached_pool import pool_for
-from simulator.worker_pool import WorkerPool
+from privsilo.simulator.attacks.capture import GroundTruth, capture_round
+from privsilo.simulator.attacks.inversion import InversionSettings, Reconstruction, invert, snapshot_steps
+from privsilo.simulator.attacks.metrics import score_images, summarise_scores, to_pixels
+from privsilo.simulator.attacks.observation import Observation
+from privsilo.simulator.attacks.results import AttackReport, AttackRun
+from privsilo.simulator.runtime.cluster import ActorDemand, Capacity, ray_session
+from privsilo.simulator.data import DATASETS
+from privsilo.simulator.engine import resources_needed
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import AttackConfig, Scenario, resolve_scenario, with_attack_block
+from privsilo.simulator.runtime.shipping import code_to_ship
+from privsilo.simulator.runtime.pool.registry import pool_for
+from privsilo.simulator.runtime.pool.lease import WorkerPool
 
 
 def attack(
@@ -58,7 +58,7 @@ def attack(
               "seconds_per_attack_median": float(np.median([run.reconstruction.seconds for run in runs]))}
     report = AttackReport(scenario=scenario, capture=capture, runs=runs, timing=timing)
     if out_dir is not None:
-        from simulator.attacks.outputs import write_attack
+        from privsilo.simulator.attacks.outputs import write_attack
 
         write_attack(report, Path(out_dir))
     return report

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.errors import ScenarioError
-from simulator.scenario import attacked_epochs
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import attacked_epochs
 
 if TYPE_CHECKING:
-    from simulator.data.types import Dataset
-    from simulator.scenario import Scenario
+    from privsilo.simulator.data.types import Dataset
+    from privsilo.simulator.scenario import Scenario
 
 
 def local_steps_run(scenario: Scenario) -> int:
@@ -34,8 +34,8 @@ def check_target(scenario: Scenario, *, silo: int, records: int) -> None:
 
 def check_targets_fit(scenario: Scenario, dataset: Dataset) -> None:
     """:func:`check_target` for every target silo of the scenario's attack block, from the partition the run
-    will draw (:func:`simulator.data.silos.silo_records`); nothing without an attack block."""
-    from simulator.data.silos import silo_records
+    will draw (:func:`privsilo.simulator.data.silos.silo_records`); nothing without an attack block."""
+    from privsilo.simulator.data.silos import silo_records
 
     if scenario.attack is None:
         return

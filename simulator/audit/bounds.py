@@ -12,8 +12,8 @@ bound the chance of ``v`` or more correct guesses by
 
 with ``q = e^epsilon / (1 + e^epsilon)`` the accuracy of epsilon-DP randomized response (Theorem 3.1 is the case
 ``delta = 0``). A ``p`` at most ``1 - confidence`` rejects the null hypothesis: the mechanism is not
-(epsilon, delta)-DP, at that confidence. [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound] is the largest such epsilon and
-[`one_run_audit`][simulator.audit.bounds.one_run_audit] the whole audit from the canaries' scores.
+(epsilon, delta)-DP, at that confidence. [`epsilon_lower_bound`][privsilo.simulator.audit.bounds.epsilon_lower_bound] is the largest such epsilon and
+[`one_run_audit`][privsilo.simulator.audit.bounds.one_run_audit] the whole audit from the canaries' scores.
 
 **f-DP lower bound** (Mahloujifar, Melis and Chaudhuri, "Auditing f-Differential Privacy in One Run", ICML 2025;
 arXiv:2410.22235): the same game and guesses, tested against a stronger null hypothesis, "the mechanism is
@@ -22,7 +22,7 @@ Dong, Roth and Su 2022). The paper bounds the chance of ``c`` or more correct of
 mechanism by a recursion over the correct guesses (`gdp_rejects`), which uses the whole trade-off curve
 rather than one (epsilon, delta) point of it, and so rejects more. `fdp_one_run_audit` returns the largest
 mu rejected: the audited mechanism is not mu-GDP, at the confidence. It is reported in mu only, to be set against
-the mechanism's own mu* ([`mechanisms.gdp`][mechanisms.gdp]): a mechanism that meets an (epsilon, delta) claim
+the mechanism's own mu* ([`privsilo.mechanisms.gdp`][privsilo.mechanisms.gdp]): a mechanism that meets an (epsilon, delta) claim
 can have a mu* whose epsilon at delta lies above the claim, so mu's epsilon is no lower bound on the (epsilon,
 delta) claim.
 
@@ -35,7 +35,7 @@ reached only where about half the canaries were included.
 **Estimate** (Andrew, Kairouz, Oh, Oprea, McMahan and Suriyakumar, "One-shot Empirical Privacy Estimation for
 Federated Learning", ICLR 2024, the one-shot estimate): fit a Gaussian to the cosines between the final model
 delta and the inserted canaries' directions, another to those of unobserved canaries (random directions never
-inserted), and report the epsilon at ``delta`` of telling the two Gaussians apart ([`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]).
+inserted), and report the epsilon at ``delta`` of telling the two Gaussians apart ([`gaussian_fit_estimate`][privsilo.simulator.audit.bounds.gaussian_fit_estimate]).
 It is an *estimate*, not a bound: it assumes the cosines are Gaussian and carries no confidence level.
 
 Pure numpy and scipy: no torch, no Ray.
@@ -53,23 +53,23 @@ from scipy.special import bdtrc, expit, gammaln, ndtr
 
 
 EPSILON_TOLERANCE = 1e-6
-"""Bisection tolerance of [`epsilon_lower_bound`][simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
+"""Bisection tolerance of [`epsilon_lower_bound`][privsilo.simulator.audit.bounds.epsilon_lower_bound]: the bound returned is within this of the largest rejected
 epsilon, and below it (rounded down, so the bound stays valid)."""
 
 ESTIMATE_TOLERANCE = 1e-10
-"""Bisection tolerance of [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]'s epsilon."""
+"""Bisection tolerance of [`gaussian_fit_estimate`][privsilo.simulator.audit.bounds.gaussian_fit_estimate]'s epsilon."""
 
 GUESS_GRID_SIZE = 10
 """How many guess counts ``default_guess_counts`` proposes (fewer for small ``m``, after rounding)."""
 
 ESTIMATE_EPSILON_CEILING = 512.0
-"""The largest epsilon [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate] searches (``e^epsilon`` stays finite in float64); beyond it the
+"""The largest epsilon [`gaussian_fit_estimate`][privsilo.simulator.audit.bounds.gaussian_fit_estimate] searches (``e^epsilon`` stays finite in float64); beyond it the
 estimate is infinite."""
 
 
 @dataclass(frozen=True)
 class AuditBound:
-    """The result of [`one_run_audit`][simulator.audit.bounds.one_run_audit]: with probability at least ``confidence`` over the canaries' inclusion
+    """The result of [`one_run_audit`][privsilo.simulator.audit.bounds.one_run_audit]: with probability at least ``confidence`` over the canaries' inclusion
     coins, the audited mechanism is not (eps, ``delta``)-DP for any eps < ``epsilon``."""
 
     epsilon: float  # the lower bound: the largest over ``candidates``
@@ -103,7 +103,7 @@ class GdpAuditBound:
 
 @dataclass(frozen=True)
 class GaussianEstimate:
-    """The result of [`gaussian_fit_estimate`][simulator.audit.bounds.gaussian_fit_estimate]: an ESTIMATE of epsilon at ``delta`` (not a bound)."""
+    """The result of [`gaussian_fit_estimate`][privsilo.simulator.audit.bounds.gaussian_fit_estimate]: an ESTIMATE of epsilon at ``delta`` (not a bound)."""
 
     epsilon: float
     delta: float
@@ -132,7 +132,7 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
 
 
 def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float) -> float:
-    """The largest epsilon whose null hypothesis "(epsilon, ``delta``)-DP" [`p_value`][simulator.audit.bounds.p_value] rejects at level
+    """The largest epsilon whose null hypothesis "(epsilon, ``delta``)-DP" [`p_value`][privsilo.simulator.audit.bounds.p_value] rejects at level
     ``1 - confidence``, i.e. with ``p_value(m, r, v, epsilon, delta) <= 1 - confidence``; 0 when even epsilon = 0
     is not rejected. Found by bisection on ``[0, hi]`` (``hi`` doubled from 1 until it is not rejected), which is
     sound because the p-value is nondecreasing in epsilon; the returned value is the lower end of the final
@@ -156,7 +156,7 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float)
 
 
 def default_guess_counts(m: int) -> tuple[int, ...]:
-    """The guess counts [`one_run_audit`][simulator.audit.bounds.one_run_audit] tries by default: ``GUESS_GRID_SIZE`` values spaced
+    """The guess counts [`one_run_audit`][privsilo.simulator.audit.bounds.one_run_audit] tries by default: ``GUESS_GRID_SIZE`` values spaced
     geometrically from ``max(2, m / 100)`` to ``m`` (rounded, duplicates dropped; 10, 17, 28, 46, 77, 129, 215,
     359, 599, 1000 for m = 1000). They depend on ``m`` only, never on the scores, as the Bonferroni correction
     requires."""

@@ -2,11 +2,11 @@
 
 Canary ``i`` of ``M`` is included with probability 1/2, independently, from the audit's own seed (Steinke, Nasr,
 Jagielski 2023, Alg. 1); canaries are dealt to silos round robin in a random order, and a silo hosts only its
-included ones (see :mod:`mechanisms.canaries` for what a hosted canary does). A canary *user* (ULDP) instead has
+included ones (see :mod:`privsilo.mechanisms.canaries` for what a hosted canary does). A canary *user* (ULDP) instead has
 records in 2 or more silos (every silo under ULDP-AVG, whose weight 1/|S| per silo would otherwise keep the user
 below the sensitivity C the claim allows; 1 to 3 records in each), and every silo holding its records hosts it
 with the weight the mechanism gives such a user there. A canary's direction ``u_i`` is Gaussian or, with
-``audit.canary_direction`` ``dirac`` or ``quiet``, a coordinate of its own (:mod:`simulator.audit.directions`). In
+``audit.canary_direction`` ``dirac`` or ``quiet``, a coordinate of its own (:mod:`privsilo.simulator.audit.directions`). In
 the final model's view canary ``i`` scores ``cos(theta_T - theta_0, u_i)`` (Andrew et al. 2024, Sec. 3), higher
 meaning "more likely included", or ``cos(theta_0 - theta_T, u_i)`` for a canary record, whose direction is a
 gradient that training descends. An input canary (an out-of-distribution record: standard Gaussian features,
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.canaries import SiloCanaries, canary_directions
-from simulator.scenario import Scenario, audit_unit
+from privsilo.mechanisms.canaries import SiloCanaries, canary_directions
+from privsilo.simulator.scenario import Scenario, audit_unit
 
 AUDIT_STREAM = 0xA0D17  # the audit's seed stream, apart from every stream of the run's own seed
 
@@ -126,7 +126,7 @@ def _canary_user_records(count: int, silos: int, rng: np.random.Generator, *, ev
 
 def _canary_user_weights(scenario: Scenario, records: np.ndarray) -> np.ndarray:
     """``w_{s,u}`` of each canary user in each silo, as ULDP weighs its own users (:func:`user_weights`)."""
-    from mechanisms.uldp.weights import user_weights
+    from privsilo.mechanisms.uldp.weights import user_weights
 
     proportional = scenario.mechanism.params.variant == "avg_w"
     return np.stack([user_weights(records, silo=silo, proportional=proportional) for silo in range(records.shape[0])])

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.data import Dataset
-from simulator.errors import ScenarioError
-from simulator.scenario import Scenario
+from privsilo.simulator.data import Dataset
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import Scenario
 
 QUIET_SAMPLE = 512  # training records whose per-record gradients estimate how much the data moves each coordinate
 DIRAC_STREAM = 4  # the coordinates come from (audit seed, 4); inclusion (seed, 1), user sampling (seed, 2, ...), Gaussian directions (seed, 3, id)
@@ -57,7 +57,7 @@ def gradient_activity(model, dataset: Dataset, rng: np.random.Generator) -> np.n
     ``model_to_vector``, over up to ``QUIET_SAMPLE`` training records drawn from ``rng``; float64."""
     import torch
 
-    from mechanisms.base import prediction_loss
+    from privsilo.mechanisms.base import prediction_loss
 
     records = rng.choice(len(dataset.y_train), size=min(QUIET_SAMPLE, len(dataset.y_train)), replace=False)
     parameters = list(model.parameters())
@@ -73,10 +73,10 @@ def gradient_activity(model, dataset: Dataset, rng: np.random.Generator) -> np.n
 
 def _initial_model(scenario: Scenario, dataset: Dataset):
     """The run's initial global model (the first hypothesis's where there are several)."""
-    from mechanisms.base import load_vector_into_model
-    from simulator.data.silos import run_seeds
-    from simulator.engine import initial_state
-    from simulator.models import build_scenario_model
+    from privsilo.mechanisms.base import load_vector_into_model
+    from privsilo.simulator.data.silos import run_seeds
+    from privsilo.simulator.engine import initial_state
+    from privsilo.simulator.models.builtin import build_scenario_model
 
     model = build_scenario_model(scenario.model, feature_shape=dataset.feature_shape, num_classes=dataset.num_classes)
     load_vector_into_model(model, initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])[0])

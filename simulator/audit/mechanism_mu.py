@@ -1,4 +1,4 @@
-"""The audited mechanism's own Gaussian-DP parameter mu* ([`mechanisms.gdp`][mechanisms.gdp]), from the run's privacy
+"""The audited mechanism's own Gaussian-DP parameter mu* ([`privsilo.mechanisms.gdp`][privsilo.mechanisms.gdp]), from the run's privacy
 events: what the Gaussian-DP bound on mu is set against.
 
 * ``dp_sgd``: each silo's Poisson-subsampled Gaussian steps (its start-up and round events, merged as the
@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mechanisms.events import (
+from privsilo.mechanisms.events import (
     ClientLevelGaussianEvent,
     PersonalizedPoissonGaussianEvent,
     PersonalizedTrainingPlan,
     PoissonGaussianEvent,
     UserLevelGaussianEvent,
 )
-from mechanisms.gdp import GDP_DELTA_SLACK, pure_dp_mu, schedule_mu
-from simulator.results import RunResult
+from privsilo.mechanisms.gdp import GDP_DELTA_SLACK, pure_dp_mu, schedule_mu
+from privsilo.simulator.engine.results import RunResult
 
 UPPER_ESTIMATE = f"an upper estimate from the pessimistic PLD, up to delta {GDP_DELTA_SLACK:g}"
 BASES = {

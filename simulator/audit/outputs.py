@@ -12,8 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from simulator.audit.report import AuditReport  # noqa: E402
-from simulator.reports import atomic_directory, write_run_files  # noqa: E402
+from privsilo.simulator.audit.results import AuditReport  # noqa: E402
+from privsilo.simulator.run_dir.writers import atomic_directory, write_run_files  # noqa: E402
 
 
 def write_audit(report: AuditReport, out_dir: Path, *, invocation: Mapping[str, Any] | None = None) -> None:

@@ -1,17 +1,17 @@
 """``privsilo audit``: run a scenario with canaries and turn what the server sees into lower bounds on epsilon.
 
 The run is the scenario's own (secure aggregation, client sampling and the mechanism's noise as configured),
-with the audit's canaries hosted by the silos (``simulator.audit.canaries``). The adversary's view
+with the audit's canaries hosted by the silos (``privsilo.simulator.audit.canaries``). The adversary's view
 (``audit.view``) is the final global model, the weakest of the threat model's server views, or, where secure
 aggregation is off, each silo's uploads: a canary is scored against the sum over the rounds of its host silo's
 uploads, read as model changes (``UploadSums``), or, with ``audit.score: likelihood`` (DP-SGD), with the
 subsampled Gaussian's log-likelihood ratio of each round's upload, added over the rounds
-(``simulator.audit.scores``). Scoring each round's aggregate would add nothing: the aggregates sum to the final
+(``privsilo.simulator.audit.scores``). Scoring each round's aggregate would add nothing: the aggregates sum to the final
 model.
 Each group of canaries (all of them; per privacy level for rPDP) gives Steinke et al.'s one-run lower bound (null:
 (epsilon, delta)-DP), Mahloujifar et al.'s f-DP one (null: mu-Gaussian DP) and Andrew et al.'s Gaussian-fit
-estimate ([`simulator.audit.bounds`][simulator.audit.bounds]), each bound with its ceiling; the f-DP bound on mu is set
-against the mechanism's own mu* ([`simulator.audit.mechanism_mu`][simulator.audit.mechanism_mu]).
+estimate ([`privsilo.simulator.audit.bounds`][privsilo.simulator.audit.bounds]), each bound with its ceiling; the f-DP bound on mu is set
+against the mechanism's own mu* ([`privsilo.simulator.audit.mechanism_mu`][privsilo.simulator.audit.mechanism_mu]).
 """
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one_run_audit
-from simulator.audit.canaries import CanaryPlan
-from simulator.audit.directions import dirac_coordinates
-from simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
-from simulator.audit.report import AuditGroup, AuditReport
-from simulator.audit.scores import UploadLikelihoods, uploaded_changes
-from simulator.data import Dataset
-from simulator.results import RunResult
-from simulator.scenario import Scenario, audit_unit, audit_view, resolve_scenario, with_changes
+from privsilo.simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one_run_audit
+from privsilo.simulator.audit.canaries import CanaryPlan
+from privsilo.simulator.audit.directions import dirac_coordinates
+from privsilo.simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
+from privsilo.simulator.audit.results import AuditGroup, AuditReport
+from privsilo.simulator.audit.scores import UploadLikelihoods, uploaded_changes
+from privsilo.simulator.data import Dataset
+from privsilo.simulator.engine.results import RunResult
+from privsilo.simulator.scenario import Scenario, audit_unit, audit_view, resolve_scenario, with_changes
 
 # The delta of the bound for a mechanism that reports none (`none`): the default delta of the DP mechanisms.
 DELTA_WITHOUT_GUARANTEE = 1e-5
@@ -53,8 +53,8 @@ def audit(
 ) -> AuditReport:
     """Audit a scenario (its ``audit`` block, defaults where absent); write the run's files and ``audit.json`` and
     ``audit.png`` to ``out_dir`` if given, all or nothing."""
-    from simulator.data.sources import scenario_dataset
-    from simulator.engine import run
+    from privsilo.simulator.data.sources import scenario_dataset
+    from privsilo.simulator.engine import run
 
     scenario = with_audit_block(resolve_scenario(scenario, overrides))
     dataset = scenario_dataset(scenario.data, seed=scenario.seed)
@@ -65,8 +65,8 @@ def audit(
     scores = _final_model_scores(scenario, plan, result, dataset) if uploads is None else _upload_scores(scenario, plan, uploads)
     report = _report(scenario, plan, result, scores)
     if out_dir is not None:
-        from simulator.audit.outputs import write_audit
-        from simulator.invocation import invocation as api_invocation
+        from privsilo.simulator.audit.outputs import write_audit
+        from privsilo.simulator.run_dir.invocation import invocation as api_invocation
 
         write_audit(report, Path(out_dir), invocation=invocation or api_invocation(None, overrides))
     return report
@@ -137,7 +137,7 @@ def _upload_scores(scenario: Scenario, plan: CanaryPlan, uploads: UploadSums | U
 
 
 def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult, dataset: Dataset) -> np.ndarray:
-    """Every canary's score from the final model(s) (higher: more likely included; see ``simulator.audit.canaries``):
+    """Every canary's score from the final model(s) (higher: more likely included; see ``privsilo.simulator.audit.canaries``):
     with several hypotheses (IFCA) a canary's largest over them, a function of the final models only."""
     import torch
 
@@ -149,9 +149,9 @@ def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult,
             logits = model(torch.as_tensor(plan.features, dtype=torch.as_tensor(dataset.x_train[:1]).dtype))
             loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(plan.labels), reduction="none")
         return -loss.double().numpy()
-    from mechanisms.base import model_to_vector
-    from simulator.data.silos import run_seeds
-    from simulator.engine import initial_state
+    from privsilo.mechanisms.base import model_to_vector
+    from privsilo.simulator.data.silos import run_seeds
+    from privsilo.simulator.engine import initial_state
 
     initial = initial_state(scenario, dataset, run_seeds(scenario.seed, scenario.data.silos)["init"])
     # a canary record's direction is a gradient, which training descends; a user's or a client's is an update
@@ -162,7 +162,7 @@ def _final_model_scores(scenario: Scenario, plan: CanaryPlan, result: RunResult,
 def _final_models(scenario: Scenario, result: RunResult, dataset: Dataset) -> list[Any]:
     """The final global model of each hypothesis (one for most mechanisms; a personalised run's are
     ``personalisation.state_dicts``)."""
-    from simulator.models import build_scenario_model
+    from privsilo.simulator.models.builtin import build_scenario_model
 
     finals = [result.model_state] if result.personalisation is None else result.personalisation["state_dicts"]
     models = []

@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import binom
 
-from simulator.audit.canaries import CanaryPlan
+from privsilo.simulator.audit.canaries import CanaryPlan
 
 
 def round_log_likelihood_ratio(values: np.ndarray, *, rate: float, steps: int, noise_multiplier: float) -> np.ndarray:

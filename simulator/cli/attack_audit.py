@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.cli.output import output_dir
-from simulator.cli.pool import ray_address
-from simulator.output_dirs import RUNS_ROOT
+from privsilo.simulator.cli.output import output_dir
+from privsilo.simulator.cli.pool import ray_address
+from privsilo.simulator.run_dir.ownership import RUNS_ROOT
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
-    from simulator.scenario import resolve_scenario, with_attack_block
+    from privsilo.simulator.scenario import resolve_scenario, with_attack_block
 
     scenario = with_attack_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
-    from simulator.attacks.targets import check_targets_fit
-    from simulator.data.sources import scenario_dataset
+    from privsilo.simulator.attacks.targets import check_targets_fit
+    from privsilo.simulator.data.sources import scenario_dataset
 
     check_targets_fit(scenario, scenario_dataset(scenario.data, seed=scenario.seed))
-    from simulator.attacks.runner import attack
+    from privsilo.simulator.attacks.runner import attack
 
     address = ray_address(args, configured=scenario.ray.address)
     with output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_attack", kind="attack") as out:
@@ -28,11 +28,11 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from simulator.audit.runner import audit, with_audit_block
-    from simulator.scenario import resolve_scenario
+    from privsilo.simulator.audit.runner import audit, with_audit_block
+    from privsilo.simulator.scenario import resolve_scenario
 
     scenario = with_audit_block(resolve_scenario(args.scenario, args.overrides))  # bad input fails before torch loads
-    from simulator.invocation import invocation
+    from privsilo.simulator.run_dir.invocation import invocation
 
     address = ray_address(args, configured=scenario.ray.address)
     with output_dir(args, default_parent=RUNS_ROOT / f"{scenario.name}_audit", kind="audit") as out:

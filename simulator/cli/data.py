@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.errors import PrivsiloError
+from privsilo.simulator.errors import PrivsiloError
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from simulator.data.fetch import FETCHABLE, fetch_dataset
+    from privsilo.simulator.data.fetch import FETCHABLE, fetch_dataset
 
     if args.name not in FETCHABLE:
         raise PrivsiloError(f"data fetch: got {args.name!r}; allowed: {', '.join(FETCHABLE)}")

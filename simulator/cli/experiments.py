@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.cli.pool import ray_address
-from simulator.errors import ScenarioError
-from simulator.output_dirs import claim
+from privsilo.simulator.cli.pool import ray_address
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.ownership import claim
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator.experiments.sweep import load_grid, sweep
-    from simulator.tracking import check_trackers
+    from privsilo.simulator.experiments.sweep import load_grid, sweep
+    from privsilo.simulator.run_dir.tracking import check_trackers
 
     check_trackers(args.log)
     if args.out is not None:  # an unfinished sweep in --out (its journal beside it) resumes
@@ -37,7 +37,7 @@ def _seed_option(text: str | None) -> int | list[int] | None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from simulator.experiments.merge import merge_sweeps
+    from privsilo.simulator.experiments.merge import merge_sweeps
 
     claim(args.out, kind="merge", overwrite=args.overwrite)
     _, runs, table = merge_sweeps(args.sweeps, out_dir=args.out)

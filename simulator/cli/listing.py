@@ -7,16 +7,16 @@ import argparse
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.prefix is not None:
-        from simulator.scenario_reference import keys_text
+        from privsilo.simulator.scenario.reference import keys_text
 
         print(keys_text(args.prefix))
         return 0
-    from mechanisms.registry import MECHANISM_NAMES
-    from mechanisms.server_optimizers import SERVER_OPTIMIZERS
-    from simulator.data import DATASETS
-    from simulator.data.partition import PARTITIONS
-    from simulator.models import MODELS
-    from simulator.user_code import GROUPS, registered
+    from privsilo.mechanisms.registry import MECHANISM_NAMES
+    from privsilo.mechanisms.server_optimizers import SERVER_OPTIMIZERS
+    from privsilo.simulator.data import DATASETS
+    from privsilo.simulator.data.partition import PARTITIONS
+    from privsilo.simulator.models.builtin import MODELS
+    from privsilo.simulator.user_code import GROUPS, registered
 
     print("mechanisms: " + ", ".join(MECHANISM_NAMES))
     print("datasets:")

@@ -9,16 +9,16 @@ import sys
 import threading
 from typing import NoReturn, Sequence
 
-from simulator.cli.attack_audit import cmd_attack, cmd_audit
-from simulator.cli.data import cmd_data
-from simulator.cli.experiments import cmd_merge, cmd_sweep
-from simulator.cli.listing import cmd_list
-from simulator.cli.output import after_interrupt
-from simulator.cli.parser import build_parser
-from simulator.cli.pool import cmd_pool
-from simulator.cli.run import cmd_resume, cmd_run
-from simulator.cli.validate import cmd_validate
-from simulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, PrivsiloError
+from privsilo.simulator.cli.attack_audit import cmd_attack, cmd_audit
+from privsilo.simulator.cli.data import cmd_data
+from privsilo.simulator.cli.experiments import cmd_merge, cmd_sweep
+from privsilo.simulator.cli.listing import cmd_list
+from privsilo.simulator.cli.output import after_interrupt
+from privsilo.simulator.cli.parser import build_parser
+from privsilo.simulator.cli.pool import cmd_pool
+from privsilo.simulator.cli.run import cmd_resume, cmd_run
+from privsilo.simulator.cli.validate import cmd_validate
+from privsilo.simulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, PrivsiloError
 
 EXIT_USER_ERROR = EXIT_BAD_INPUT
 
@@ -30,13 +30,13 @@ POOL_COMMANDS = ("run", "resume", "attack", "audit", "sweep")  # the commands th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``privsilo ARGV``: in the local pool's ready driver when one can run it (:mod:`simulator.ready_driver`),
+    """``privsilo ARGV``: in the local pool's ready driver when one can run it (:mod:`privsilo.simulator.cli.ready_driver`),
     else in this process."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command in POOL_COMMANDS and args.address is None:
-        from simulator.driver_protocol import delegate
-        from simulator.local_pool import state_dir
+        from privsilo.simulator.runtime.pool.driver_protocol import delegate
+        from privsilo.simulator.runtime.pool.local_head import state_dir
 
         def after_lost_driver() -> str:  # what the command left, as far as its command line tells
             args.run_dir = getattr(args, "out", None) or getattr(args, "directory", None)
@@ -58,7 +58,7 @@ def execute(argv: Sequence[str]) -> int:
 
 def _execute(args: argparse.Namespace, argv: list[str]) -> int:
     args.argv = ["privsilo", *argv]
-    from simulator.file_faults import FILE_SYSTEM_ERRNOS, FileSystemFault
+    from privsilo.simulator.run_dir.write_faults import FILE_SYSTEM_ERRNOS, FileSystemFault
 
     try:
         return COMMANDS[args.command](args)

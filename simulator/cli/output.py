@@ -1,4 +1,4 @@
-"""Where a command writes (the ``--out`` policy of :mod:`simulator.output_dirs`) and what a command that failed or
+"""Where a command writes (the ``--out`` policy of :mod:`privsilo.simulator.run_dir.ownership`) and what a command that failed or
 was interrupted left there."""
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from simulator.errors import ScenarioError
-from simulator.output_dirs import RUNS_ROOT, claim, new_directory, removed_if_unused
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.ownership import RUNS_ROOT, claim, new_directory, removed_if_unused
 
 
 @contextmanager
 def output_dir(args: argparse.Namespace, *, default_parent: Path, kind: str) -> Iterator[Path]:
-    """``--out``, refused if privsilo may not write ``kind`` of output there (:func:`simulator.output_dirs.claim`),
+    """``--out``, refused if privsilo may not write ``kind`` of output there (:func:`privsilo.simulator.run_dir.ownership.claim`),
     or a new ``<default_parent>/<UTC time>``; either is removed again if the command created it and fails before
     writing into it."""
     if args.out is not None:
@@ -34,13 +34,13 @@ def _removed_if_created(out: Path) -> AbstractContextManager[Path]:
 
 @contextmanager
 def run_directory(args: argparse.Namespace, *, scenario_name: str) -> Iterator[Path]:
-    """``privsilo run``'s output directory, locked for the run (:mod:`simulator.run_lock`): ``--out``, refused
-    where privsilo may not write a run (:func:`simulator.output_dirs.claim`) or it holds an interrupted one
+    """``privsilo run``'s output directory, locked for the run (:mod:`privsilo.simulator.run_dir.lock`): ``--out``, refused
+    where privsilo may not write a run (:func:`privsilo.simulator.run_dir.ownership.claim`) or it holds an interrupted one
     (without ``--overwrite``; resume it instead), or a new ``runs/<scenario name>/<UTC time>``, removed again if
     the run fails before writing."""
-    from simulator.checkpoint import checkpoint_path, has_checkpoint
-    from simulator.run_directory import settle
-    from simulator.run_lock import locked
+    from privsilo.simulator.run_dir.checkpoint import checkpoint_path, has_checkpoint
+    from privsilo.simulator.run_dir.lifecycle import settle
+    from privsilo.simulator.run_dir.lock import locked
 
     if args.out is None:
         with removed_if_unused(new_directory(RUNS_ROOT / scenario_name)) as out, locked(out):
@@ -69,7 +69,7 @@ def after_interrupt(args: argparse.Namespace) -> str:
     directory = getattr(args, "run_dir", None)
     if directory is None:
         return "no results were written"
-    from simulator.checkpoint import has_checkpoint
+    from privsilo.simulator.run_dir.checkpoint import has_checkpoint
 
     if has_checkpoint(directory):
         return f"no results were written; continue from the last checkpoint with: {resume_command(directory)}"

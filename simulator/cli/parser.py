@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulator.invocation import privsilo_version
-from simulator.local_pool import DEFAULT_IDLE_TIMEOUT_S
+from privsilo.simulator.run_dir.invocation import privsilo_version
+from privsilo.simulator.runtime.pool.local_head import DEFAULT_IDLE_TIMEOUT_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_output_options(command: argparse.ArgumentParser, *, default: str) -> None:
-    """--out and --overwrite (see :mod:`simulator.output_dirs`)."""
+    """--out and --overwrite (see :mod:`privsilo.simulator.run_dir.ownership`)."""
     command.add_argument("--out", type=Path, default=None, help=f"output directory (default: {default})")
     command.add_argument("--overwrite", action="store_true", help="replace a finished result in --out (refused without this)")
 

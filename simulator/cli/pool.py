@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.cli.output import after_interrupt
-from simulator.errors import PrivsiloError
+from privsilo.simulator.cli.output import after_interrupt
+from privsilo.simulator.errors import PrivsiloError
 
 
 def ray_address(args: argparse.Namespace, *, configured: str | None) -> str | None:
     """``--address``, else the scenario's ``ray.address`` (``configured``), else the local pool's head if it runs
     (saying so in one line), else None: Ray of the command's own."""
-    from simulator.local_pool import address_for_command, exit_when_stopped, serving
+    from privsilo.simulator.runtime.pool.local_head import address_for_command, exit_when_stopped, serving
 
     address, note = address_for_command(args.address or configured)
     if note:
@@ -23,9 +23,9 @@ def ray_address(args: argparse.Namespace, *, configured: str | None) -> str | No
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    """``pool start``: a local Ray head and warm pool (:mod:`simulator.local_pool`); ``pool status`` / ``pool stop``
-    against the cluster at ``--address``, else the local pool (:mod:`simulator.detached_pool`)."""
-    from simulator import local_pool
+    """``pool start``: a local Ray head and warm pool (:mod:`privsilo.simulator.runtime.pool.local_head`); ``pool status`` / ``pool stop``
+    against the cluster at ``--address``, else the local pool (:mod:`privsilo.simulator.runtime.pool.registry`)."""
+    from privsilo.simulator.runtime.pool import local_head as local_pool
 
     if args.pool_command == "start":
         state = local_pool.start(idle_timeout=args.idle_timeout, num_cpus=args.num_cpus)
@@ -37,9 +37,9 @@ def cmd_pool(args: argparse.Namespace) -> int:
         return _local_pool_command(args.pool_command)
     import ray
 
-    from simulator.cluster import join_cluster
-    from simulator.detached_pool import status_table, stop_pool
-    from simulator.scenario import RayConfig
+    from privsilo.simulator.runtime.cluster import join_cluster
+    from privsilo.simulator.runtime.pool.registry import status_table, stop_pool
+    from privsilo.simulator.scenario import RayConfig
 
     join_cluster(args.address, connect_timeout=RayConfig().connect_timeout, field="--address")
     try:
@@ -56,9 +56,9 @@ def _local_pool_command(command: str) -> int:
     """``pool status`` / ``pool stop`` without ``--address``: the local pool of ``privsilo pool start``."""
     import ray
 
-    from simulator import local_pool
-    from simulator.cluster import join_cluster
-    from simulator.detached_pool import status_table
+    from privsilo.simulator.runtime.pool import local_head as local_pool
+    from privsilo.simulator.runtime.cluster import join_cluster
+    from privsilo.simulator.runtime.pool.registry import status_table
 
     state = local_pool.read_state()
     if state is None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulator.cli.output import run_directory
-from simulator.cli.pool import ray_address
-from simulator.errors import PrivsiloError, ScenarioError
-from simulator.output_dirs import check_out_directory
+from privsilo.simulator.cli.output import run_directory
+from privsilo.simulator.cli.pool import ray_address
+from privsilo.simulator.errors import PrivsiloError, ScenarioError
+from privsilo.simulator.run_dir.ownership import check_out_directory
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -20,13 +20,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _resume(args, directory=args.out, scenario_file=args.scenario)
     if args.scenario is None:
         raise ScenarioError("scenario", None, "give a scenario YAML file (only --resume --out DIR, or privsilo resume DIR, reads it from a checkpoint)")
-    from simulator.scenario import resolve_scenario
-    from simulator.tracking import check_trackers
+    from privsilo.simulator.scenario import resolve_scenario
+    from privsilo.simulator.run_dir.tracking import check_trackers
 
     scenario = resolve_scenario(args.scenario, args.overrides)  # a bad file fails before torch and Ray load
     check_trackers(args.log)
-    from simulator.engine import run
-    from simulator.invocation import invocation
+    from privsilo.simulator.engine import run
+    from privsilo.simulator.run_dir.invocation import invocation
 
     address = ray_address(args, configured=scenario.ray.address)
     with run_directory(args, scenario_name=scenario.name) as out:
@@ -43,11 +43,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace, *, directory: Path, scenario_file: Path | None) -> int:
     """Continue the interrupted run in ``directory`` with the scenario, ``--set`` overrides and trackers its
     checkpoint records; ``scenario_file`` (with those overrides and the new ones applied) must agree with it."""
-    from simulator.checkpoint import read_header
-    from simulator.run_directory import is_finished, settle
-    from simulator.run_lock import locked
-    from simulator.scenario import resolve_scenario
-    from simulator.tracking import check_trackers
+    from privsilo.simulator.run_dir.checkpoint import read_header
+    from privsilo.simulator.run_dir.lifecycle import is_finished, settle
+    from privsilo.simulator.run_dir.lock import locked
+    from privsilo.simulator.scenario import resolve_scenario
+    from privsilo.simulator.run_dir.tracking import check_trackers
 
     with locked(directory, field="--resume"):
         settle(directory)
@@ -62,8 +62,8 @@ def _resume(args: argparse.Namespace, *, directory: Path, scenario_file: Path | 
             scenario = resolve_scenario(scenario_file, overrides)
         log = list(dict.fromkeys([*recorded["resume_with"].get("log", []), *args.log]))
         check_trackers(log)
-        from simulator.engine import run
-        from simulator.invocation import invocation
+        from privsilo.simulator.engine import run
+        from privsilo.simulator.run_dir.invocation import invocation
 
         args.run_dir = directory
         result = run(scenario, out_dir=directory, address=ray_address(args, configured=scenario.ray.address), progress=not args.no_progress, log=log,
@@ -72,7 +72,7 @@ def _resume(args: argparse.Namespace, *, directory: Path, scenario_file: Path | 
 
 
 def _report(result: object, out: Path) -> int:
-    from simulator.reports import result_line  # loaded by run() meanwhile
+    from privsilo.simulator.run_dir.writers import result_line  # loaded by run() meanwhile
 
     print(result_line(result))
     print(f"results written to {out}")

@@ -7,12 +7,12 @@ import argparse
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check the file, load its data, and check every attack block's target silos against their records."""
-    from simulator.attacks.targets import check_targets_fit
-    from simulator.data.sources import scenario_dataset
-    from simulator.scenario import load_scenario_file, resolve_scenario
+    from privsilo.simulator.attacks.targets import check_targets_fit
+    from privsilo.simulator.data.sources import scenario_dataset
+    from privsilo.simulator.scenario import load_scenario_file, resolve_scenario
 
     if "axes" in load_scenario_file(args.scenario):  # a grid file: check every combination x seed
-        from simulator.experiments.sweep import count, load_grid
+        from privsilo.simulator.experiments.sweep import count, load_grid
 
         grid = load_grid(args.scenario, overrides=args.overrides)
         scenarios = [grid.scenario(labels, seed) for labels in grid.combinations() for seed in grid.seeds]

@@ -2,7 +2,7 @@
 
 Every loader returns a :class:`Dataset` with float32 features, int64 labels ``0..num_classes-1`` and a fixed
 train/test split. Files that must be obtained first come from ``privsilo data fetch NAME`` (see
-:mod:`simulator.data.fetch`) or, for Fashion-MNIST, from Debian's ``dataset-fashion-mnist`` package.
+:mod:`privsilo.simulator.data.fetch`) or, for Fashion-MNIST, from Debian's ``dataset-fashion-mnist`` package.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.data.types import Dataset, default_data_dir, missing_data_error
-from simulator.errors import DataUnavailableError
+from privsilo.simulator.data.types import Dataset, default_data_dir, missing_data_error
+from privsilo.simulator.errors import DataUnavailableError
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
@@ -94,7 +94,7 @@ def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: in
     if name == "breast_cancer":
         return _cached_split(name, seed=seed, build=_load_breast_cancer)
     if name == "heart_disease":
-        from simulator.data.heart_disease import load_heart_disease
+        from privsilo.simulator.data.heart_disease import load_heart_disease
 
         return load_heart_disease(path=directory or default_data_dir() / "heart_disease")
     if name == "mnist":
@@ -102,7 +102,7 @@ def load_dataset(name: str, *, path: str | None = None, seed: int = 0, silos: in
     if name == "mnist_5k":
         return _load_mnist_5k(seed=seed)
     if name == "synthetic_linear":
-        from simulator.data.synthetic import load_synthetic_linear
+        from privsilo.simulator.data.synthetic import load_synthetic_linear
 
         if silos is None:
             raise ValueError("synthetic_linear draws one user per silo: pass silos")

@@ -33,9 +33,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.data.datasets import MNIST_CACHE_FILE, default_data_dir, read_idx
-from simulator.data.heart_disease import CENTERS, center_file
-from simulator.errors import DataUnavailableError
+from privsilo.simulator.data.datasets import MNIST_CACHE_FILE, default_data_dir, read_idx
+from privsilo.simulator.data.heart_disease import CENTERS, center_file
+from privsilo.simulator.errors import DataUnavailableError
 
 FETCHABLE = ("heart_disease", "mnist")
 TIMEOUT_SECONDS = 10

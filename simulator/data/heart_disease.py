@@ -23,7 +23,7 @@ import pathlib
 
 import numpy as np
 
-from simulator.data.types import Dataset, missing_data_error
+from privsilo.simulator.data.types import Dataset, missing_data_error
 
 CENTERS = ("cleveland", "hungarian", "switzerland", "va")
 DROPPED_COLUMNS = (10, 11, 12)

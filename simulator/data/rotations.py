@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simulator.data.types import Dataset
+from privsilo.simulator.data.types import Dataset
 
 
 def rotate_silos(dataset: Dataset, parts: Sequence[np.ndarray], *, angles: Sequence[int]) -> Dataset:

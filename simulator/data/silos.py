@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.data.partition import partition_indices
-from simulator.data.types import Dataset
-from simulator.data.users import UserAllocation, allocate_users, users_generator
-from simulator.errors import ScenarioError
+from privsilo.simulator.data.partition import partition_indices
+from privsilo.simulator.data.types import Dataset
+from privsilo.simulator.data.users import UserAllocation, allocate_users, users_generator
+from privsilo.simulator.errors import ScenarioError
 
 if TYPE_CHECKING:
-    from simulator.scenario import Scenario
+    from privsilo.simulator.scenario import Scenario
 
 
 def run_seeds(seed: int, num_silos: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Where a scenario's data comes from: a built-in dataset (:func:`~simulator.data.datasets.load_dataset`) or a
+"""Where a scenario's data comes from: a built-in dataset (:func:`~privsilo.simulator.data.datasets.load_dataset`) or a
 user's own.
 
 Users' own datasets: a loader (``data.dataset: "package.module:loader"``, a name registered under
@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator.data.datasets import DATASETS, DatasetInfo, load_dataset
-from simulator.data.types import Dataset
-from simulator.user_code import UserCodeError, call_with, resolve
+from privsilo.simulator.data.datasets import DATASETS, DatasetInfo, load_dataset
+from privsilo.simulator.data.types import Dataset
+from privsilo.simulator.user_code import UserCodeError, call_with, resolve
 
 
 def scenario_dataset(data: Any, *, seed: int) -> Dataset:

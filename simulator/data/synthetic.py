@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.data.types import Dataset
+from privsilo.simulator.data.types import Dataset
 
 THETAS = np.array([[5.0, 6.0], [4.0, -4.5]])
 RECORDS_PER_USER = 10

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.errors import DataUnavailableError
+from privsilo.simulator.errors import DataUnavailableError
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The engine: builds the federation of Ray actors for a scenario, runs its rounds and collects the results.
 
-[`run`][simulator.engine.api.run] is the Python form of ``privsilo run``; [`Federation`][simulator.engine.federation.Federation]
+[`run`][privsilo.simulator.engine.api.run] is the Python form of ``privsilo run``; [`Federation`][privsilo.simulator.engine.federation.Federation]
 is the federation itself, for scripts that drive rounds. The modules, by job:
 
 - ``api``: ``run``, locking and finishing the output directory around the round loop;

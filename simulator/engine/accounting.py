@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from mechanisms.base import PrivacyAccountant
-from mechanisms.events import PrivacyEvent
-from simulator.messages import RoundReport, SiloInfo
-from simulator.scenario import Scenario
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.events import PrivacyEvent
+from privsilo.simulator.engine.messages import RoundReport, SiloInfo
+from privsilo.simulator.scenario import Scenario
 
 
 def record_events(accountant: PrivacyAccountant, events_by_silo: Mapping[int, Sequence[PrivacyEvent]]) -> None:

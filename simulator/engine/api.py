@@ -1,21 +1,21 @@
-"""``run(scenario)``, the Python form of ``privsilo run``: it returns a [`RunResult`][simulator.results.RunResult] and,
-given ``out_dir``, writes the run's files there atomically (see ``simulator.reports``)."""
+"""``run(scenario)``, the Python form of ``privsilo run``: it returns a [`RunResult`][privsilo.simulator.engine.results.RunResult] and,
+given ``out_dir``, writes the run's files there atomically (see ``privsilo.simulator.run_dir.writers``)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from mechanisms.canaries import SiloCanaries
-from simulator.engine.federation import Federation
-from simulator.engine.live import LiveOutput
-from simulator.engine.rounds import run_rounds
-from simulator.errors import ScenarioError
-from simulator.output_dirs import check_replaceable
-from simulator.results import RunResult
-from simulator.run_directory import settle
-from simulator.run_lock import locked
-from simulator.scenario import Scenario, resolve_scenario, with_changes
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.simulator.engine.federation import Federation
+from privsilo.simulator.engine.live import LiveOutput
+from privsilo.simulator.engine.rounds import run_rounds
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.ownership import check_replaceable
+from privsilo.simulator.engine.results import RunResult
+from privsilo.simulator.run_dir.lifecycle import settle
+from privsilo.simulator.run_dir.lock import locked
+from privsilo.simulator.scenario import Scenario, resolve_scenario, with_changes
 
 
 def run(
@@ -36,18 +36,18 @@ def run(
     """Run a scenario on Ray and return its results; write them to ``out_dir`` if given (a fresh run first
     empties it), with each round's metrics also logged, as the round ends, for each tracker in ``log``
     (``"tensorboard"``) into ``tracking_dir`` (default ``out_dir/tensorboard``). ``invocation`` is recorded in
-    summary.json (default: this call's ``overrides``, no command line; see ``simulator.invocation``). ``address``:
+    summary.json (default: this call's ``overrides``, no command line; see ``privsilo.simulator.run_dir.invocation``). ``address``:
     the Ray head to join for this run alone; summary.json and the checkpoint record it as ``ray.address``, but a
     resume joins the head its own command gives (a local pool's head may be gone by then).
 
     Checkpoints go to ``checkpoint_dir`` (default ``out_dir``; none without either) every ``checkpoint.every``
     rounds; ``resume`` continues the run from the checkpoint there, with the same results as a run never
-    interrupted (see ``simulator.checkpoint``). Both directories are locked for the run
-    (``simulator.run_lock``), and the run finishes in one step (``simulator.run_directory``).
-    ``canaries``: an audit's canaries by host silo (see ``simulator.audit``); ``on_round``: called with the
+    interrupted (see ``privsilo.simulator.run_dir.checkpoint``). Both directories are locked for the run
+    (``privsilo.simulator.run_dir.lock``), and the run finishes in one step (``privsilo.simulator.run_dir.lifecycle``).
+    ``canaries``: an audit's canaries by host silo (see ``privsilo.simulator.audit``); ``on_round``: called with the
     federation after each round (an audit reading what the server received, ``server_inbox()``)."""
-    from simulator.invocation import invocation as api_invocation
-    from simulator.tracking import TENSORBOARD_DIR, check_trackers
+    from privsilo.simulator.run_dir.invocation import invocation as api_invocation
+    from privsilo.simulator.run_dir.tracking import TENSORBOARD_DIR, check_trackers
 
     check_trackers(log)
     scenario = resolve_scenario(scenario, overrides)
@@ -77,7 +77,7 @@ def run(
                             resume=resume, import_reports=out_dir is not None, canaries=canaries, on_round=on_round,
                             output=output)
         if out_dir is not None:
-            from simulator.reports import write_run  # imported during the rounds
+            from privsilo.simulator.run_dir.writers import write_run  # imported during the rounds
 
             write_run(result, Path(out_dir), invocation=invocation)
     return result

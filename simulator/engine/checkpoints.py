@@ -1,16 +1,16 @@
 """The round loop's checkpoints: what a run's checkpoint holds, saving one after a round, and reading one back to
-resume (the file format, its header and its checks are ``simulator.checkpoint``'s)."""
+resume (the file format, its header and its checks are ``privsilo.simulator.run_dir.checkpoint``'s)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mechanisms.base import PrivacyAccountant
-from simulator.checkpoint import check_parts, read_checkpoint, write_checkpoint
-from simulator.engine.federation import Federation
-from simulator.personalisation.evaluation import PersonalisedEvaluator
-from simulator.results import RoundRecord
-from simulator.scenario import Scenario
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.simulator.run_dir.checkpoint import check_parts, read_checkpoint, write_checkpoint
+from privsilo.simulator.engine.federation import Federation
+from privsilo.simulator.personalisation.evaluation import PersonalisedEvaluator
+from privsilo.simulator.engine.results import RoundRecord
+from privsilo.simulator.scenario import Scenario
 
 # What a run's checkpoint holds (besides the federation's snapshots), by name and type: a file of the right format
 # and digest without them is not a run's checkpoint and is refused before anything is started from it.

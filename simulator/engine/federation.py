@@ -12,30 +12,30 @@ import numpy as np
 import ray
 import torch
 
-from mechanisms.base import PrivacyBudgetError, model_to_vector
-from mechanisms.canaries import SiloCanaries
-from protocols.fixed_point import EncodingOverflowError
-from simulator.actors import ServerActor, SiloWorker
-from simulator.cluster import ray_session
-from simulator.data import Dataset
-from simulator.data.rotations import rotate_silos
-from simulator.data.silos import run_seeds, silo_records
-from simulator.data.sources import scenario_dataset
-from simulator.data.users import UserAllocation
-from simulator.detached_pool import pool_for
-from simulator.engine.background import in_background
-from simulator.engine.placement import pack_silos, resources_needed
-from simulator.engine.task_errors import overflow_as_scenario_error, root_cause, user_code_error
-from simulator.errors import PrivsiloError, RuntimeFault, ScenarioError
-from simulator.faults import crash_plan
-from simulator.messages import RoundReport, SiloInfo
-from simulator.models import build_scenario_model
-from simulator.node_watch import Node, NodeWatch
-from simulator.scenario import Scenario, resolve_scenario
-from simulator.shipping import code_to_ship
-from simulator.silo import SiloSpec
-from simulator.snapshots import SnapshotVault
-from simulator.worker_pool import ActorShape, WorkerPool, wait_until_scheduled
+from privsilo.mechanisms.base import PrivacyBudgetError, model_to_vector
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.protocols.fixed_point import EncodingOverflowError
+from privsilo.simulator.engine.actors import ServerActor, SiloWorker
+from privsilo.simulator.runtime.cluster import ray_session
+from privsilo.simulator.data import Dataset
+from privsilo.simulator.data.rotations import rotate_silos
+from privsilo.simulator.data.silos import run_seeds, silo_records
+from privsilo.simulator.data.sources import scenario_dataset
+from privsilo.simulator.data.users import UserAllocation
+from privsilo.simulator.runtime.pool.registry import pool_for
+from privsilo.simulator.engine.background import in_background
+from privsilo.simulator.engine.placement import pack_silos, resources_needed
+from privsilo.simulator.engine.task_errors import overflow_as_scenario_error, root_cause, user_code_error
+from privsilo.simulator.errors import PrivsiloError, RuntimeFault, ScenarioError
+from privsilo.simulator.engine.faults import crash_plan
+from privsilo.simulator.engine.messages import RoundReport, SiloInfo
+from privsilo.simulator.models.builtin import build_scenario_model
+from privsilo.simulator.runtime.node_watch import Node, NodeWatch
+from privsilo.simulator.scenario import Scenario, resolve_scenario
+from privsilo.simulator.runtime.shipping import code_to_ship
+from privsilo.simulator.engine.silo import SiloSpec
+from privsilo.simulator.engine.snapshots import SnapshotVault
+from privsilo.simulator.runtime.pool.lease import ActorShape, WorkerPool, wait_until_scheduled
 
 ACTOR_START_TIMEOUT_S = 300
 HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray gives the head node one unit of it
@@ -45,7 +45,7 @@ UNREADY_RELEASE_TIMEOUT_S = 5  # a failed start hands back the actors that answe
 def initial_state(scenario: Scenario, dataset: Dataset, seed: int) -> tuple[np.ndarray, ...]:
     """One freshly initialised model per hypothesis, drawn one after the other from ``seed`` (the first is the
     single model of every one-hypothesis mechanism): the global state a run starts from, given its ``init`` seed
-    (``simulator.data.silos.run_seeds``)."""
+    (``privsilo.simulator.data.silos.run_seeds``)."""
     count = scenario.mechanism.build().num_hypotheses()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -75,10 +75,10 @@ class Federation:
         server_actor: type[ServerActor] = ServerActor,
     ) -> None:
         """``snapshots``: the silos keep snapshots in a vault (always with injected crashes; needed for
-        checkpoints); ``resume_from``: a checkpoint (``simulator.checkpoint``) whose state the federation
+        checkpoints); ``resume_from``: a checkpoint (``privsilo.simulator.run_dir.checkpoint``) whose state the federation
         takes instead of running the protocol set-up; ``canaries``: an audit's canaries by host silo;
         ``server_actor``: the server actor's class, ``ServerActor`` or a subclass that only measures (a benchmark's
-        timed server, ``benchmarks/round_parts.py``)."""
+        timed server, ``benchmarks/support/round_parts.py``)."""
         self.scenario = resolve_scenario(scenario)
         self.resume_from = resume_from
         self.canaries = dict(canaries or {})
@@ -223,7 +223,7 @@ class Federation:
 
     def recover(self, crashed_workers: Sequence[int], *, round_index: int | None = None) -> None:
         """Bring back the silos of workers whose process died: Ray restarts the process, which builds its silos
-        again and replaces each by its latest snapshot (see ``simulator.snapshots``). A worker that was on a node
+        again and replaces each by its latest snapshot (see ``privsilo.simulator.engine.snapshots``). A worker that was on a node
         that died gets ``federation.round_timeout`` seconds to come back elsewhere, any other
         ``ACTOR_START_TIMEOUT_S``; then the run stops (``RuntimeFault``, naming ``round_index`` where given)."""
         if self.vault is None:  # rebuilding from the seed would replay draws whose results were released
@@ -267,7 +267,7 @@ class Federation:
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:
-        """Actors from the run's pool (``simulator.detached_pool.pool_for``), handed back when the federation
+        """Actors from the run's pool (``privsilo.simulator.runtime.pool.registry.pool_for``), handed back when the federation
         closes, after they dropped this run (those that do not answer are stopped; a federation that failed before
         it was ready waits for them only briefly)."""
         pool = self._pool = pool_for(self.scenario.ray)
@@ -298,11 +298,11 @@ class Federation:
 
     def watch_inputs(self, silo_ids: Sequence[int]) -> None:
         """Measurement only, for attack reports (never the server): the named silos note which of their records
-        local training feeds to the model from now on (see [`watched_records`][simulator.engine.federation.Federation.watched_records])."""
+        local training feeds to the model from now on (see [`watched_records`][privsilo.simulator.engine.federation.Federation.watched_records])."""
         ray.get([self.workers[w].watch_inputs.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
 
     def watched_records(self, silo_ids: Sequence[int]) -> dict[int, list[np.ndarray]]:
-        """Per named silo, the record ids its local training fed to the model since [`watch_inputs`][simulator.engine.federation.Federation.watch_inputs]."""
+        """Per named silo, the record ids its local training fed to the model since [`watch_inputs`][privsilo.simulator.engine.federation.Federation.watch_inputs]."""
         replies = ray.get([self.workers[w].watched_records.remote(ids) for w, ids in self._by_worker(silo_ids).items()])
         return {silo: records for reply in replies for silo, records in reply.items()}
 
@@ -328,7 +328,7 @@ class Federation:
 
 def _wait_for_workers(refs: list[Any], pool: WorkerPool) -> tuple[list[SiloInfo], float]:
     """Every hosted silo's info, and the longest time a worker spent constructing its silos (waiting while other
-    runs hold the pool's actors: ``simulator.worker_pool.wait_until_scheduled``)."""
+    runs hold the pool's actors: ``privsilo.simulator.runtime.pool.lease.wait_until_scheduled``)."""
     ready, pending, held = wait_until_scheduled(refs, pool=pool, timeout=ACTOR_START_TIMEOUT_S)
     if pending:
         free = ray.available_resources()

@@ -5,8 +5,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from simulator.results import RoundRecord
-from simulator.run_directory import clear
+from privsilo.simulator.engine.results import RoundRecord
+from privsilo.simulator.run_dir.lifecycle import clear
 
 
 class LiveOutput:
@@ -23,7 +23,7 @@ class LiveOutput:
     @contextmanager
     def open(self, *, first_round: int) -> Iterator[LiveOutput]:
         """Empty ``fresh`` and open the trackers, logging from round ``first_round`` (0-based) on."""
-        from simulator.tracking import open_trackers
+        from privsilo.simulator.run_dir.tracking import open_trackers
 
         if self.fresh is not None:
             clear(self.fresh)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cluster import ActorDemand, Capacity, worker_count
-from simulator.scenario import Scenario
+from privsilo.simulator.runtime.cluster import ActorDemand, Capacity, worker_count
+from privsilo.simulator.scenario import Scenario
 
 
 def resources_needed(scenario: Scenario, capacity: Capacity) -> ActorDemand:

@@ -2,18 +2,18 @@
 protocol where it brings one (ULDP's private weighting), else secure aggregation (SecAgg+, Bell et al., CCS 2020)
 as the scenario's ``protocol`` block sets it, else plain summation.
 
-Both sides take their secure-aggregation settings from [`secure_aggregation_settings`][simulator.engine.protocol_setup.secure_aggregation_settings],
+Both sides take their secure-aggregation settings from [`secure_aggregation_settings`][privsilo.simulator.engine.protocol_setup.secure_aggregation_settings],
 as does ``summary.json``'s report of them, so the server, every silo and the report agree by construction.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from mechanisms.base import Mechanism, SiloContext
-from protocols.base import ServerProtocol, SiloProtocol
-from protocols.plain import PlainSumServer, PlainSumSilo
-from protocols.secure_aggregation import GraphSettings, SecAggServer, SecAggSilo
-from simulator.scenario import ProtocolConfig, Scenario, secure_aggregation_codec
+from privsilo.mechanisms.base import Mechanism, SiloContext
+from privsilo.protocols.base import ServerProtocol, SiloProtocol
+from privsilo.protocols.plain import PlainSumServer, PlainSumSilo
+from privsilo.protocols.secure_aggregation import GraphSettings, SecAggServer, SecAggSilo
+from privsilo.simulator.scenario import ProtocolConfig, Scenario, secure_aggregation_codec
 
 
 def _graph_arguments(config: ProtocolConfig, *, num_silos: int) -> dict[str, Any]:

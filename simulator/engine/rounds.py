@@ -8,24 +8,24 @@ from typing import Callable, Mapping
 
 from tqdm.auto import tqdm
 
-from mechanisms.base import PrivacyAccountant
-from mechanisms.canaries import SiloCanaries
-from simulator.engine.accounting import account_round, start_accountant
-from simulator.engine.background import in_background
-from simulator.engine.checkpoints import read_run_checkpoint, resume_progress, save_checkpoint
-from simulator.engine.federation import Federation
-from simulator.engine.live import LiveOutput
-from simulator.engine.run_summary import failures, protocol_timing, timing, warn_excess_dropouts
-from simulator.personalisation.evaluation import PersonalisedEvaluator, personalised_evaluator
-from simulator.results import RoundRecord, RunResult
-from simulator.scenario import Scenario
+from privsilo.mechanisms.base import PrivacyAccountant
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.simulator.engine.accounting import account_round, start_accountant
+from privsilo.simulator.engine.background import in_background
+from privsilo.simulator.engine.checkpoints import read_run_checkpoint, resume_progress, save_checkpoint
+from privsilo.simulator.engine.federation import Federation
+from privsilo.simulator.engine.live import LiveOutput
+from privsilo.simulator.engine.run_summary import failures, protocol_timing, timing, warn_excess_dropouts
+from privsilo.simulator.personalisation.evaluation import PersonalisedEvaluator, personalised_evaluator
+from privsilo.simulator.engine.results import RoundRecord, RunResult
+from privsilo.simulator.scenario import Scenario
 
 
 def run_rounds(scenario: Scenario, *, progress: bool, checkpoint_dir: Path | None = None, resume: bool = False,
                import_reports: bool = False, canaries: Mapping[int, SiloCanaries] | None = None,
                on_round: Callable[[Federation], None] | None = None, output: LiveOutput | None = None) -> RunResult:
     """The round loop; with ``checkpoint_dir`` a checkpoint every ``checkpoint.every`` rounds, and with ``resume``
-    the run continues from the checkpoint there (see ``simulator.checkpoint``). ``import_reports``: import
+    the run continues from the checkpoint there (see ``privsilo.simulator.run_dir.checkpoint``). ``import_reports``: import
     the report code (matplotlib) in a thread once the actors are ready, while the driver mostly waits for the
     rounds (during the start-up it would slow the driver's own work). ``output``: what the run writes as it goes."""
     checkpoint = read_run_checkpoint(checkpoint_dir, scenario) if resume else None
@@ -99,5 +99,5 @@ def _play_round(scenario: Scenario, federation: Federation, round_index: int, *,
 
 
 def _reports_module() -> None:
-    """Import ``simulator.reports`` (and so matplotlib)."""
-    from simulator import reports  # noqa: F401
+    """Import ``privsilo.simulator.run_dir.writers`` (and so matplotlib)."""
+    from privsilo.simulator.run_dir import writers as reports  # noqa: F401

@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from simulator.results import RoundRecord
-from simulator.scenario import Scenario
+from privsilo.simulator.engine.results import RoundRecord
+from privsilo.simulator.scenario import Scenario
 
 
 def warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) -> None:
@@ -17,7 +17,7 @@ def warn_excess_dropouts(scenario: Scenario, records: Sequence[RoundRecord]) -> 
     protocol = scenario.protocol
     if not protocol.secure_aggregation or scenario.mechanism.build().brings_protocol():
         return
-    from protocols.secure_aggregation import excess_dropouts, excess_warning
+    from privsilo.protocols.secure_aggregation import excess_dropouts, excess_warning
 
     rounds = ((r.report.round_index, len(r.report.participants), len(r.report.dropped)) for r in records)
     message = excess_warning(excess_dropouts(rounds, dropout_rate=protocol.dropout_rate), dropout_rate=protocol.dropout_rate)

@@ -6,9 +6,9 @@ import math
 
 import ray
 
-from protocols.fixed_point import EncodingOverflowError
-from simulator.errors import ScenarioError
-from simulator.scenario import Scenario
+from privsilo.protocols.fixed_point import EncodingOverflowError
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import Scenario
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -22,7 +22,7 @@ def root_cause(exc: BaseException) -> BaseException:
 def user_code_error(scenario: Scenario, exc: ray.exceptions.RayTaskError) -> ScenarioError | None:
     """The user's model or dataset failing in a worker (on a cluster: code the workers cannot import), as one line
     naming the field; None for any other error."""
-    from simulator.user_code import UserCodeError
+    from privsilo.simulator.user_code import UserCodeError
 
     cause = root_cause(exc)
     if not isinstance(cause, (UserCodeError, ImportError)):

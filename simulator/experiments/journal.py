@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from simulator.file_faults import writing
-from simulator.scenario import Scenario
+from privsilo.simulator.run_dir.write_faults import writing
+from privsilo.simulator.scenario import Scenario
 
 RUNS_FILE = "runs.jsonl"
 RECORDS_FILE = "rpdp_records.npz"

@@ -12,15 +12,15 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from simulator.errors import PrivsiloError
-from simulator.experiments.sweep import SweepRun, read_runs_csv, summarise, write_tables
+from privsilo.simulator.errors import PrivsiloError
+from privsilo.simulator.experiments.sweep import SweepRun, read_runs_csv, summarise, write_tables
 
 COPIED_PLOTS = ("epsilon_curve.png", "budget_vs_spent.png")
 
 
 def merge_sweeps(sweep_dirs: Sequence[Path], *, out_dir: Path, title: str | None = None) -> tuple[list[str], list[SweepRun], list[dict]]:
     """Merge sweep directories into ``out_dir``; returns the axes, the runs and the table."""
-    from simulator.reports import atomic_directory
+    from privsilo.simulator.run_dir.writers import atomic_directory
 
     if len(sweep_dirs) < 2:
         raise PrivsiloError(f"merge: got {len(sweep_dirs)} sweep directory; give at least two")

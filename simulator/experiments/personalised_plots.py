@@ -1,4 +1,4 @@
-"""Plots of a sweep of personalised runs (see :mod:`simulator.experiments.personalised_report`)."""
+"""Plots of a sweep of personalised runs (see :mod:`privsilo.simulator.experiments.personalised_report`)."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from simulator.experiments.results import GridRun
+    from privsilo.simulator.experiments.results import GridRun
 
 
 def plot_accuracy_vs_nu(rows: Sequence[dict[str, Any]], *, title: str, path: Path) -> None:

@@ -5,7 +5,7 @@ grids; Galli et al., ICISSP 2023), drawn from each run's kept output directory (
 regression task, which has no accuracy) and loss, the cluster recovery and the per-client leakage; the plots are
 ``accuracy_vs_nu.png`` (one line per number of hypotheses), ``leakage.png`` (every client's total leakage per nu)
 and ``hypotheses.png`` (each hypothesis' test accuracy per round, for the runs with the most hypotheses).
-``privsilo sweep`` writes them (:func:`simulator.experiments.sweep.write_sweep_outputs`).
+``privsilo sweep`` writes them (:func:`privsilo.simulator.experiments.sweep.write_sweep_outputs`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from simulator.experiments.results import GridRun
+from privsilo.simulator.experiments.results import GridRun
 
 TABLE_COLUMNS = ("seeds", "accuracy_mean", "accuracy_std", "loss_mean", "cluster_recovery_mean",
                  "leakage_per_participation", "leakage_max_mean", "leakage_median_mean")
@@ -57,7 +57,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def write_report(runs: Sequence[GridRun], *, axes: Sequence[str], out_dir: Path, title: str) -> None:
     """``table.csv``, ``table.md`` and the three plots into ``out_dir``."""
-    from simulator.experiments.personalised_plots import plot_accuracy_vs_nu, plot_hypotheses_per_round, plot_leakage_per_nu
+    from privsilo.simulator.experiments.personalised_plots import plot_accuracy_vs_nu, plot_hypotheses_per_round, plot_leakage_per_nu
 
     rows = table_rows(runs, axes=axes)
     with (out_dir / "table.csv").open("w", newline="") as handle:

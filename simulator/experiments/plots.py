@@ -13,7 +13,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
-    from simulator.experiments.results import SweepRun
+    from privsilo.simulator.experiments.results import SweepRun
 
 LABELS = {"accuracy": "test accuracy", "loss": "test MSE"}
 

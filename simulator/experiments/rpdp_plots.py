@@ -10,9 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mechanisms.rpdp.estimator import SamplingProbabilityEstimator  # noqa: E402
-from mechanisms.rpdp.report import MAX_LEVELS  # noqa: E402
-from simulator.scenario import Scenario  # noqa: E402
+from privsilo.mechanisms.rpdp.estimator import SamplingProbabilityEstimator  # noqa: E402
+from privsilo.mechanisms.rpdp.personalized_accountant import MAX_LEVELS  # noqa: E402
+from privsilo.simulator.scenario import Scenario  # noqa: E402
 
 
 def estimator_settings(scenario: Scenario) -> dict[str, Any]:

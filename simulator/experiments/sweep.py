@@ -16,14 +16,14 @@ Every combination is validated before the first run, all runs share one Ray sess
 (``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP grids, ``epsilon_curve.png`` and
 ``budget_vs_spent.png``, and the plots of the base mechanism's ``sweep_plotter``, e.g. uldp's per-round accuracy
 and epsilon) is written atomically. When the scenarios carry an ``attack`` block, every run is also
-attacked ([`simulator.attacks.runner.attack`][simulator.attacks.runner.attack] on the same scenario) and the tables get the attack's PSNR,
+attacked ([`privsilo.simulator.attacks.runner.attack`][privsilo.simulator.attacks.runner.attack] on the same scenario) and the tables get the attack's PSNR,
 SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
-(``simulator.experiments.journal``), so an interrupted sweep resumes when run again.
+(``privsilo.simulator.experiments.journal``), so an interrupted sweep resumes when run again.
 
 A regression task (``synthetic_linear``) has no accuracy: its tables and plots give the test MSE (the test loss)
 instead. Runs of a personalised mechanism (``Mechanism.personalised``, e.g. dprivacy) keep their whole output
 directory under ``runs/<labels>-s<seed>``, and the table and plots are the personalised ones
-(``simulator.experiments.personalised_report``: personalised accuracy or MSE, cluster recovery, leakage).
+(``privsilo.simulator.experiments.personalised_report``: personalised accuracy or MSE, cluster recovery, leakage).
 """
 from __future__ import annotations
 
@@ -40,14 +40,14 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from simulator.cluster import ActorDemand, Capacity, ray_session
-from simulator.errors import PrivsiloError, ScenarioError
-from simulator.output_dirs import RUNS_ROOT, new_directory, removed_if_unused
-from simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
-from simulator.shipping import code_to_ship
-from simulator.experiments.journal import SweepJournal, latest_unfinished, scenario_key
-from simulator.experiments.results import SweepRun
-from simulator.tracking import TENSORBOARD_DIR
+from privsilo.simulator.runtime.cluster import ActorDemand, Capacity, ray_session
+from privsilo.simulator.errors import PrivsiloError, ScenarioError
+from privsilo.simulator.run_dir.ownership import RUNS_ROOT, new_directory, removed_if_unused
+from privsilo.simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+from privsilo.simulator.runtime.shipping import code_to_ship
+from privsilo.simulator.experiments.journal import SweepJournal, latest_unfinished, scenario_key
+from privsilo.simulator.experiments.results import SweepRun
+from privsilo.simulator.run_dir.tracking import TENSORBOARD_DIR
 
 GRID_KEYS = ("name", "base", "seeds", "axes")
 RUN_COLUMNS = ("seed", "accuracy", "loss", "epsilon", "max_spent_over_budget", "seconds")
@@ -206,7 +206,7 @@ def sweep(
 ) -> SweepResult:
     """Run every combination x seed of a grid file and write the tables and plots to ``out_dir`` (default: the
     latest unfinished sweep of the grid in ``runs/<grid name>/``, else a new ``runs/<grid name>/<UTC time>``,
-    see ``simulator.output_dirs``). ``log``: trackers that get each run's rounds as they end, one TensorBoard
+    see ``privsilo.simulator.run_dir.ownership``). ``log``: trackers that get each run's rounds as they end, one TensorBoard
     run per grid run (``run_name``) in the journal's ``tensorboard/`` while the sweep runs, then in
     ``out_dir/tensorboard/``."""
     grid = load_grid(grid_path, seeds=seeds, overrides=overrides or (), only=only)
@@ -222,8 +222,8 @@ def sweep(
 def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], out: Path, *, address: str | None,
                 progress: bool, log: Sequence[str] = ()) -> SweepResult:
     """Run the jobs (labels, seed, scenario) that ``out``'s journal lacks and write the outputs to ``out``."""
-    from simulator.checkpoint import has_checkpoint
-    from simulator.engine import resources_needed, run
+    from privsilo.simulator.run_dir.checkpoint import has_checkpoint
+    from privsilo.simulator.engine import resources_needed, run
 
     journal = SweepJournal(out)
     finished = journal.load_runs()
@@ -284,8 +284,8 @@ def write_sweep_outputs(
     arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the base mechanism's
     ``sweep_plotter`` draws. ``tracking``: the runs' tracker logs (``--log``), copied to ``tensorboard/``.
     """
-    from simulator.reports import atomic_directory
-    from simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
+    from privsilo.simulator.run_dir.writers import atomic_directory
+    from privsilo.simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
 
     grid, axes = swept.grid, list(swept.grid.axes)
     with atomic_directory(swept.out_dir, kind="sweep") as staging:
@@ -307,8 +307,8 @@ def write_sweep_outputs(
 
 def _write_personalised_report(swept: SweepResult, *, run_directories: Path, staging: Path) -> None:
     """``runs/`` (every run's output directory), then the personalised table and plots drawn from it."""
-    from simulator.experiments.personalised_report import write_report
-    from simulator.experiments.results import GridRun
+    from privsilo.simulator.experiments.personalised_report import write_report
+    from privsilo.simulator.experiments.results import GridRun
 
     kept = []
     for item in swept.runs:
@@ -323,7 +323,7 @@ def _attack_summary(scenario: Scenario, *, address: str | None) -> dict[str, flo
     round, on the same seed, so on the same rounds as the sweep's run (under ``secure_rng`` a fresh draw of them)."""
     if scenario.attack is None:
         return None
-    from simulator.attacks.runner import attack
+    from privsilo.simulator.attacks.runner import attack
 
     return attack(scenario, address=address).summary()
 
@@ -389,7 +389,7 @@ def write_tables(staging: Path, *, runs: Sequence[SweepRun], table: Sequence[Map
     own) and ``comparison.png``; with per-round results (a sweep's own runs, not merged ones) also ``curves.csv``
     and ``accuracy_per_round.png`` (``mse_per_round.png`` for a regression task), and for an attacked sweep
     ``attack_vs_accuracy.png``."""
-    from simulator.experiments.plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
+    from privsilo.simulator.experiments.plots import plot_accuracy_per_round, plot_attack_vs_accuracy, plot_comparison
 
     metric = "loss" if regression(runs) else "accuracy"
     write_runs_csv(runs, axes=axes, path=staging / "runs.csv")
@@ -480,7 +480,7 @@ def _cell(value: float | None, spec: str) -> str:
 
 def rebuild_accountant(result: Any) -> Any:
     """The run's privacy accountant, re-fed with the silos' start-up events and every round report's events."""
-    from simulator.engine import record_events
+    from privsilo.simulator.engine import record_events
 
     scenario = result.scenario
     accountant = scenario.mechanism.build().accountant()

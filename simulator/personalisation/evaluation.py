@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
-from mechanisms.base import load_vector_into_model, prediction_loss
-from simulator.data import Dataset
-from simulator.messages import RoundReport
-from simulator.models import build_scenario_model
+from privsilo.mechanisms.base import load_vector_into_model, prediction_loss
+from privsilo.simulator.data import Dataset
+from privsilo.simulator.engine.messages import RoundReport
+from privsilo.simulator.models.builtin import build_scenario_model
 
 if TYPE_CHECKING:
-    from simulator.scenario import ModelConfig, Scenario
+    from privsilo.simulator.scenario import ModelConfig, Scenario
 
 BATCH = 4096
 

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 
 if TYPE_CHECKING:
-    from simulator.results import RunResult
+    from privsilo.simulator.engine.results import RunResult
 
 CLIENT_COLUMNS = ("client", "group", "hypothesis", "loss", "accuracy", "participations", "leakage_total")
 HYPOTHESIS_COLUMNS = ("round", "hypothesis", "group", "loss", "accuracy", "clients_picking")

@@ -3,8 +3,8 @@
 A scenario is a YAML mapping with the blocks ``name``, ``seed``, ``secure_rng``, ``data``, ``model``, ``federation``,
 ``mechanism``, ``protocol``, ``resources``, ``ray`` and, for gradient-inversion attacks, ``attack`` (every key is
 documented in the scenario reference of the documentation). Validation
-turns every problem into one [`ScenarioError`][simulator.errors.ScenarioError] naming the field, the value and what is
-allowed; a file that cannot be read as a YAML mapping is one [`ScenarioFileError`][simulator.errors.ScenarioFileError] naming
+turns every problem into one [`ScenarioError`][privsilo.simulator.errors.ScenarioError] naming the field, the value and what is
+allowed; a file that cannot be read as a YAML mapping is one [`ScenarioFileError`][privsilo.simulator.errors.ScenarioFileError] naming
 the file (and the line and column of a YAML syntax error). Scripts rely on these key names: extend the schema,
 never rename a key. This package loads neither torch nor Ray (``privsilo validate`` uses it).
 
@@ -13,7 +13,7 @@ Its modules: ``schema`` (the blocks), ``files`` (YAML and ``--set`` overrides), 
 """
 from __future__ import annotations
 
-from simulator.scenario.checks import (
+from privsilo.simulator.scenario.checks import (
     MAX_CANARY_CLIENTS_PER_SILO,
     SECURE_AGGREGATION_KEYS,
     attacked_epochs,
@@ -23,8 +23,8 @@ from simulator.scenario.checks import (
     secure_aggregation_codec,
     uploads_view_refusal,
 )
-from simulator.scenario.files import DuplicateKeyError, apply_overrides, load_scenario_file, load_yaml
-from simulator.scenario.schema import (
+from privsilo.simulator.scenario.files import DuplicateKeyError, apply_overrides, load_scenario_file, load_yaml
+from privsilo.simulator.scenario.schema import (
     LATER_KEYS,
     ActorResources,
     AttackConfig,
@@ -43,7 +43,7 @@ from simulator.scenario.schema import (
     ServerOptimizerConfig,
     UsersConfig,
 )
-from simulator.scenario.validation import resolve_scenario, validate_scenario, with_attack_block, with_changes
+from privsilo.simulator.scenario.validation import resolve_scenario, validate_scenario, with_attack_block, with_changes
 
 __all__ = [
     "LATER_KEYS", "MAX_CANARY_CLIENTS_PER_SILO", "SECURE_AGGREGATION_KEYS", "ActorResources", "AttackConfig", "AuditConfig",

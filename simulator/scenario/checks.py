@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mechanisms.base import WEIGHTED_DELTA, FederationShape
-from mechanisms.registry import mechanism_class, mechanism_classes, mechanism_names
-from simulator.errors import ScenarioError
-from simulator.scenario.schema import ProtocolConfig, Scenario
+from privsilo.mechanisms.base import WEIGHTED_DELTA, FederationShape
+from privsilo.mechanisms.registry import mechanism_class, mechanism_classes, mechanism_names
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario.schema import ProtocolConfig, Scenario
 
 if TYPE_CHECKING:
-    from protocols.fixed_point import FixedPointCodec
-    from simulator.data import DatasetInfo
+    from privsilo.protocols.fixed_point import FixedPointCodec
+    from privsilo.simulator.data import DatasetInfo
 
 
 def _check_consistency(scenario: Scenario) -> None:
@@ -75,8 +75,8 @@ def _check_consistency(scenario: Scenario) -> None:
 
 def _dataset_info(scenario: Scenario) -> DatasetInfo:
     """The dataset's registry entry, or a user's dataset loaded and checked (its problems name ``data.dataset``)."""
-    from simulator.data.sources import scenario_dataset_info
-    from simulator.user_code import UserCodeError
+    from privsilo.simulator.data.sources import scenario_dataset_info
+    from privsilo.simulator.user_code import UserCodeError
 
     data = scenario.data
     if data.builtin and data.kwargs:
@@ -93,7 +93,7 @@ def _check_model(scenario: Scenario, info: DatasetInfo) -> int:
     """The model against the data and the mechanism; returns its number of parameters d. A built-in model is
     checked without torch; a user's is built once (on zeros: its outputs must be (batch, classes)) and, for
     mechanisms that clip per-record gradients, searched for layers that make them impossible."""
-    from simulator.models import model_supports, parameter_count
+    from privsilo.simulator.models.builtin import model_supports, parameter_count
 
     model = scenario.model
     if model.builtin:
@@ -108,9 +108,9 @@ def _check_model(scenario: Scenario, info: DatasetInfo) -> int:
 def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
     import torch
 
-    from simulator.model_checks import model_problem
-    from simulator.models import build_scenario_model
-    from simulator.user_code import UserCodeError
+    from privsilo.simulator.models.checks import model_problem
+    from privsilo.simulator.models.builtin import build_scenario_model
+    from privsilo.simulator.user_code import UserCodeError
 
     name = scenario.model.name
     try:
@@ -136,7 +136,7 @@ def _check_user_model(scenario: Scenario, info: DatasetInfo) -> int:
 
 def secure_aggregation_codec(config: ProtocolConfig, *, num_silos: int) -> FixedPointCodec:
     """The fixed-point codec of a federation's secure aggregation: headroom for a sum over every silo."""
-    from protocols.fixed_point import FixedPointCodec
+    from privsilo.protocols.fixed_point import FixedPointCodec
 
     return FixedPointCodec(fractional_bits=config.fractional_bits, max_summands=num_silos)
 
@@ -258,7 +258,7 @@ def _check_faults(scenario: Scenario) -> None:
 
 def _check_attack(scenario: Scenario, info: DatasetInfo) -> None:
     """The ``attack`` block against the rest of the scenario (what is known before any data is partitioned)."""
-    from simulator.data import DATASETS
+    from privsilo.simulator.data import DATASETS
 
     attack, name = scenario.attack, scenario.mechanism.name
     if info.pixel_scale is None:
@@ -354,7 +354,7 @@ def uploads_view_refusal(scenario: Scenario) -> str | None:
 
 def likelihood_score_refusal(scenario: Scenario) -> str | None:
     """Why a scenario's canaries cannot be scored with the subsampled Gaussian's per-round likelihood ratio
-    (``simulator.audit.scores``; None where they can)."""
+    (``privsilo.simulator.audit.scores``; None where they can)."""
     if audit_view(scenario) != "uploads":
         return "the likelihood score reads each round's uploads: use audit.view uploads (or auto without secure aggregation), or score sum"
     if not scenario.mechanism.plugin.likelihood_scores:

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from simulator.errors import ScenarioError, ScenarioFileError
+from privsilo.simulator.errors import ScenarioError, ScenarioFileError
 
 
 class DuplicateKeyError(yaml.MarkedYAMLError):

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from simulator.errors import MISSING, ScenarioError
+from privsilo.simulator.errors import MISSING, ScenarioError
 
 
 def _to_scenario_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...] = ()) -> ScenarioError:

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
 
-from mechanisms.base import Mechanism, MechanismParams
-from mechanisms.registry import mechanism_class
-from mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
+from privsilo.mechanisms.base import Mechanism, MechanismParams
+from privsilo.mechanisms.registry import mechanism_class
+from privsilo.mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
 
 
 class _Block(BaseModel):
@@ -24,7 +24,7 @@ def _name_alone(data: Any) -> Any:
 
 
 class UsersConfig(_Block):
-    """``data.users``: record owners across silos (ULDP-FL; see simulator.data.users)."""
+    """``data.users``: record owners across silos (ULDP-FL; see privsilo.simulator.data.users)."""
 
     count: int = Field(ge=1)
     """Give every training record an owner among this many users (ids shared by all silos; needed by `uldp`; at most the number of training records). Without `partition: natural` the silos come from the users' allocation (`partition` must stay `iid`); with `natural` (heart_disease) records keep their hospital and only owners are drawn."""
@@ -65,15 +65,15 @@ class DataConfig(_Block):
     @property
     def builtin(self) -> bool:
         """True for one of privsilo's own datasets (not a user's loader, registered name or object)."""
-        from simulator.data import DATASETS
+        from privsilo.simulator.data import DATASETS
 
         return self._source is None and self.dataset in DATASETS
 
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
-        from simulator.data import DATASETS
-        from simulator.user_code import check_name
+        from privsilo.simulator.data import DATASETS
+        from privsilo.simulator.user_code import check_name
 
         check_name("dataset", value, sorted(DATASETS))
         return value
@@ -99,15 +99,15 @@ class ModelConfig(_Block):
     @property
     def builtin(self) -> bool:
         """True for one of privsilo's own models (not a user's factory, registered name or object)."""
-        from simulator.models import MODELS
+        from privsilo.simulator.models.builtin import MODELS
 
         return self._factory is None and self.name in MODELS
 
     @field_validator("name")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        from simulator.models import MODELS
-        from simulator.user_code import check_name
+        from privsilo.simulator.models.builtin import MODELS
+        from privsilo.simulator.user_code import check_name
 
         check_name("model", value, MODELS)
         return value
@@ -115,7 +115,7 @@ class ModelConfig(_Block):
 
 class ServerOptimizerConfig(_Block):
     """``federation.server_optimizer``: an optimiser applied to the aggregate (FedOpt, Reddi et al. 2021, Algorithm 2;
-    see mechanisms.server_optimizers). Keys the named optimiser does not use must be absent (or null)."""
+    see privsilo.mechanisms.server_optimizers). Keys the named optimiser does not use must be absent (or null)."""
 
     name: Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
     """`sgd` (x + lr Delta, Delta = aggregate - global model), `momentum` (FedAvgM: m = beta1 m + Delta, x + lr m), `adagrad`, `adam` or `yogi` (FedAdagrad / FedAdam / FedYogi: x + lr m / (sqrt(v) + tau))."""
@@ -244,7 +244,7 @@ class RayConfig(_Block):
 
 class AttackConfig(_Block):
     """``attack``: a gradient-inversion attack by the honest-but-curious server on one round's uploads
-    (``privsilo attack``, and sweeps whose scenarios carry the block); see ``simulator.attacks``."""
+    (``privsilo attack``, and sweeps whose scenarios carry the block); see ``privsilo.simulator.attacks``."""
 
     method: Literal["dlg", "idlg"] = "dlg"
     """`dlg` (Zhu et al. 2019) or `idlg` (Zhao et al. 2020; one record: batch size 1). Attackable mechanisms: `none`, `dp_sgd`, `rpdp` and `dprivacy`; `uldp` and `pldp` exit 2."""
@@ -349,7 +349,7 @@ class MechanismConfig(_Block):
 
     @property
     def plugin(self) -> type[Mechanism]:
-        """The mechanism's class, registered under ``name`` (``mechanisms.registry``): its traits."""
+        """The mechanism's class, registered under ``name`` (``privsilo.mechanisms.registry``): its traits."""
         return mechanism_class(self.name)
 
     def build(self) -> Mechanism:

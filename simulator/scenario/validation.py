@@ -7,12 +7,12 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from mechanisms.registry import mechanism_class, mechanism_names
-from simulator.errors import ScenarioError
-from simulator.scenario.checks import _check_consistency
-from simulator.scenario.files import apply_overrides, load_scenario_file
-from simulator.scenario.pydantic_errors import _to_scenario_error
-from simulator.scenario.schema import MechanismConfig, Scenario, _name_alone
+from privsilo.mechanisms.registry import mechanism_class, mechanism_names
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario.checks import _check_consistency
+from privsilo.simulator.scenario.files import apply_overrides, load_scenario_file
+from privsilo.simulator.scenario.pydantic_errors import _to_scenario_error
+from privsilo.simulator.scenario.schema import MechanismConfig, Scenario, _name_alone
 
 
 def resolve_scenario(scenario: Scenario | Mapping[str, Any] | str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC
-from mechanisms.rpdp.estimator import SamplingProbabilityEstimator
-from mechanisms.rpdp.mechanism import Rpdp, RpdpParams, _planned_rates
-from simulator.engine import run
+from privsilo.mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC
+from privsilo.mechanisms.rpdp.estimator import SamplingProbabilityEstimator
+from privsilo.mechanisms.rpdp.mechanism import Rpdp, RpdpParams, _planned_rates
+from privsilo.simulator.engine import run
 from tests.support.scenarios import small_scenario
 
 BUDGETS = "per-record budgets"

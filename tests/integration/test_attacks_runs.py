@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.attacks.runner import attack
+from privsilo.simulator.attacks.runner import attack
 from tests.unit.simulator.attacks.test_attacks import dprivacy_scenario
 
 

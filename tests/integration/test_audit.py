@@ -10,14 +10,14 @@ import torch
 
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
-from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
-from mechanisms.per_sample import noisy_sgd_steps
-from mechanisms.gdp import schedule_mu
-from simulator.audit.bounds import epsilon_ceiling
-from simulator.audit.canaries import CanaryPlan
-from simulator.audit.runner import audit
-from simulator.cli import main
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
+from privsilo.mechanisms.per_sample import noisy_sgd_steps
+from privsilo.mechanisms.gdp import schedule_mu
+from privsilo.simulator.audit.bounds import epsilon_ceiling
+from privsilo.simulator.audit.canaries import CanaryPlan
+from privsilo.simulator.audit.runner import audit
+from privsilo.simulator.cli import main
+from privsilo.simulator.scenario import validate_scenario
 
 
 def _audited(mechanism: dict, *, canaries: int, data: dict | None = None, **blocks) -> dict:
@@ -39,8 +39,8 @@ def test_canary_record_adds_its_clipped_gradient_to_a_dp_sgd_step():
 
 
 def test_input_canaries_are_appended_to_their_host_silos_records():
-    from simulator.actors import _silo_records
-    from simulator.silo import SiloSpec
+    from privsilo.simulator.engine.actors import _silo_records
+    from privsilo.simulator.engine.silo import SiloSpec
 
     scenario = validate_scenario(_audited({"name": "dp_sgd", "sampling_rate": 0.1}, canaries=50) | {"audit": {"canaries": 50, "kind": "input"}})
     plan = CanaryPlan.draw(scenario, feature_shape=(64,), num_classes=10)
@@ -53,7 +53,7 @@ def test_input_canaries_are_appended_to_their_host_silos_records():
 
 
 def test_groups_too_small_to_bound_or_fit_report_none_instead_of_failing():
-    from simulator.audit.runner import _group
+    from privsilo.simulator.audit.runner import _group
 
     one_included = _group(np.array([0.3, 0.1, 0.2]), np.array([True, False, False]), budget=None, claim=1.0, delta=1e-5, confidence=0.95,
                           mu_star=None)
@@ -189,7 +189,7 @@ def test_gradient_canary_records_are_not_limited_by_the_records_input_canaries_a
 
 
 def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_back(tmp_path, capsys):
-    from simulator.scenario import audit_view
+    from privsilo.simulator.scenario import audit_view
 
     secure = small_scenario(mechanism={"name": "dp_sgd"}, audit={"view": "uploads"}, protocol={"secure_aggregation": True})
     assert main(["validate", *_scenario_file(tmp_path, secure)]) == 2
@@ -201,8 +201,8 @@ def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_bac
 
 
 def test_upload_sums_add_each_silos_model_changes_and_score_canaries_against_their_host():
-    from protocols.plain import PlainVector
-    from simulator.audit.runner import UploadSums
+    from privsilo.protocols.plain import PlainVector
+    from privsilo.simulator.audit.runner import UploadSums
 
     class Inboxes:  # what the server's inbox held in two rounds: [weight x delta, weight] per silo
         def __init__(self):

@@ -6,19 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechanisms.base import model_to_vector
-from mechanisms.canaries import SiloCanaries
-from mechanisms.dprivacy.ifca import IfcaServer
-from mechanisms.dprivacy.params import DPrivacyParams
-from mechanisms.dprivacy.sanitize import sanitize_update
-from mechanisms.dprivacy.silo import DPrivacySilo
-from mechanisms.gdp import pure_dp_mu
-from mechanisms.pldp.mechanism import Pldp
-from mechanisms.pldp.params import PldpParams
-from mechanisms.pldp.sampler import pdpm_outputs
-from protocols.base import ProtocolStateError
-from protocols.plain import PlainSumServer, PlainSumSilo
-from simulator.models import build_model
+from privsilo.mechanisms.base import model_to_vector
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.mechanisms.dprivacy.ifca import IfcaServer
+from privsilo.mechanisms.dprivacy.params import DPrivacyParams
+from privsilo.mechanisms.dprivacy.sanitize import sanitize_update
+from privsilo.mechanisms.dprivacy.silo import DPrivacySilo
+from privsilo.mechanisms.gdp import pure_dp_mu
+from privsilo.mechanisms.pldp.mechanism import Pldp
+from privsilo.mechanisms.pldp.params import PldpParams
+from privsilo.mechanisms.pldp.sampler import pdpm_outputs
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.plain import PlainSumServer, PlainSumSilo
+from privsilo.simulator.models.builtin import build_model
 from tests.support.scenarios import small_scenario, tiny_silo_context
 
 CANARIES = SiloCanaries(ids=np.array([3, 8]), seed=11)
@@ -95,7 +95,7 @@ def test_plain_summation_hands_over_vectors_of_several_lengths_but_sums_only_equ
 
 
 def _audit(mechanism: dict, *, model: str, canaries: int):
-    from simulator.audit.runner import audit
+    from privsilo.simulator.audit.runner import audit
 
     return audit(small_scenario(model={"name": model}, mechanism=mechanism, audit={"canaries": canaries}))
 
@@ -104,7 +104,7 @@ def test_pldp_audit_beats_the_per_coordinate_figure_and_respects_the_per_client_
     """The issue's PLDP check, at the paper's eps3 budgets (0.9, 1.0 per coordinate) with PDPM on the update of
     every coordinate: 200 canary clients give a lower bound above the paper's per-coordinate epsilon (so that
     figure is no client-level guarantee) and below the composed per-client epsilon; canaries report no events."""
-    from simulator.engine import run
+    from privsilo.simulator.engine import run
 
     mechanism = {"name": "pldp", "perturb": "update", "coordinates": "all", "ranges": 0.2, "budgets": "eps3"}
     report = _audit(mechanism, model="mlp_128", canaries=200)

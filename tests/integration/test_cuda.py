@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.per_sample import noisy_step
-from simulator.models import build_model
+from privsilo.mechanisms.per_sample import noisy_step
+from privsilo.simulator.models.builtin import build_model
 from tests.support.scenarios import small_scenario
 from tests.support.device_silos import FAMILIES, contribute, family_silo, released
 
@@ -100,7 +100,7 @@ def test_the_same_seed_gives_the_same_release_on_cuda(family):
     {"name": "dprivacy", "hypotheses": 2, "radius": 2.0},
 ])
 def test_a_run_with_silos_and_server_on_gpu_shares_trains_on_cuda(ray_local, mechanism):
-    from simulator.engine import Federation
+    from privsilo.simulator.engine import Federation
 
     data, protocol = {"dataset": "digits", "partition": "iid", "silos": 2}, {"secure_aggregation": False}
     if mechanism["name"] == "uldp":  # users' records; its noise is split across the silos: secure aggregation

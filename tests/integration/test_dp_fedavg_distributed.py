@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy.linalg import hadamard as hadamard_matrix
 
-from mechanisms.dp_fedavg.distributed import (
+from privsilo.mechanisms.dp_fedavg.distributed import (
     BLOCK,
     DistributedSetting,
     conditional_round,
@@ -24,14 +24,14 @@ from mechanisms.dp_fedavg.distributed import (
     rounded_norm_bound,
     unrotate,
 )
-from mechanisms.dp_fedavg.distributed_accountant import ORDERS, DistributedAccountant
-from mechanisms.dp_fedavg.mechanism import DistributedDpFedAvgServer, DistributedPlan, DpFedAvg
-from mechanisms.dp_fedavg.params import DpFedAvgParams
-from mechanisms.events import DistributedDiscreteGaussianEvent
-from protocols.fixed_point import FixedPointCodec
-from simulator.engine import run
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.dp_fedavg.distributed_accountant import ORDERS, DistributedAccountant
+from privsilo.mechanisms.dp_fedavg.mechanism import DistributedDpFedAvgServer, DistributedPlan, DpFedAvg
+from privsilo.mechanisms.dp_fedavg.params import DpFedAvgParams
+from privsilo.mechanisms.events import DistributedDiscreteGaussianEvent
+from privsilo.protocols.fixed_point import FixedPointCodec
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import tiny_silo_context
 from tests.unit.protocols.test_secure_aggregation import federation, run_round
 
@@ -222,8 +222,8 @@ def test_silos_and_server_recover_the_mean_update() -> None:
         (event,) = contribution.events
         assert event.sigma == setting.sigma and event.l2_bound == setting.l2_bound
         total += contribution.vector
-    from mechanisms.fedavg import local_sgd
-    from mechanisms.dp_fedavg.mechanism import clip_to_norm
+    from privsilo.mechanisms.fedavg import local_sgd
+    from privsilo.mechanisms.dp_fedavg.mechanism import clip_to_norm
 
     for i in range(3):  # the same local training again, from a fresh context with the same seed
         delta, _ = local_sgd(_context(i), start)
@@ -300,7 +300,7 @@ def test_run_through_ray_sums_under_secure_aggregation(ray_local, tmp_path) -> N
 
 
 def test_audit_with_client_canaries_refuses_distributed_noise() -> None:
-    from simulator.scenario import load_scenario_file
+    from privsilo.simulator.scenario import load_scenario_file
     from tests.support.paths import REPO
 
     raw = load_scenario_file(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.audit.runner import audit
-from simulator.engine import run
+from privsilo.simulator.audit.runner import audit
+from privsilo.simulator.engine import run
 from tests.support.paths import REPO
 from tests.unit.mechanisms.dp_fedavg.test_dp_fedavg import DELTA, _accountant
 

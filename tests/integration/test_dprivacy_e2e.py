@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from mechanisms.dprivacy.ifca import kmeans
-from simulator.engine import Federation, run
+from privsilo.mechanisms.dprivacy.ifca import kmeans
+from privsilo.simulator.engine import Federation, run
 from tests.support.scenarios import small_scenario
 
 NU, RADIUS = 5.0, 1.0

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from protocols.fixed_point import FixedPointCodec
-from protocols.plain import PlainVector
-from protocols.secure_aggregation import MaskedVector
-from simulator.cli import main
-from simulator.data import load_dataset
-from simulator.engine import Federation, run
-from simulator.errors import ScenarioError
-from simulator.models import build_model
+from privsilo.protocols.fixed_point import FixedPointCodec
+from privsilo.protocols.plain import PlainVector
+from privsilo.protocols.secure_aggregation import MaskedVector
+from privsilo.simulator.cli import main
+from privsilo.simulator.data import load_dataset
+from privsilo.simulator.engine import Federation, run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.models.builtin import build_model
 from tests.support.outputs import metrics_without_wall_times as _metrics_without_wall_clock
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
@@ -144,7 +144,7 @@ def test_failed_run_leaves_the_previous_output_untouched(ray_local, tmp_path):
 
 def _sampled_by_the_server(seed: int, *, silos: int, client_rate: float, rounds: int) -> list[tuple[int, ...]]:
     """The server's client sampling replayed from the scenario seed: one uniform draw per silo per round."""
-    from simulator.data.silos import run_seeds
+    from privsilo.simulator.data.silos import run_seeds
 
     rng = np.random.default_rng(run_seeds(seed, silos)["server"])
     return [tuple(int(i) for i in np.flatnonzero(rng.random(silos) < client_rate)) for _ in range(rounds)]
@@ -212,7 +212,7 @@ def test_secure_aggregation_overflow_exits_2_with_one_line(ray_local, tmp_path):
     path.write_text(yaml.safe_dump(scenario))
     address = ray_local.get_runtime_context().gcs_address
     proc = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "run", str(path), "--address", address,
+        [sys.executable, "-m", "privsilo.simulator.cli", "run", str(path), "--address", address,
          "--out", str(tmp_path / "out"), "--no-progress"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
@@ -233,7 +233,7 @@ def test_sampling_skips_exactly_the_rounds_below_the_minimum(silos, client_rate,
     seeded, so the outcome is fixed)."""
     from scipy import stats
 
-    from simulator.actors import sample_participants
+    from privsilo.simulator.engine.actors import sample_participants
 
     rounds = 100_000
     rng, replay = np.random.default_rng(7), np.random.default_rng(7)

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.checkpoint import read_checkpoint
-from simulator.engine import run
-from simulator.errors import ScenarioError
-from simulator.faults import CRASH_POINTS, crash_plan
-from simulator.reports import summary
-from simulator.scenario import validate_scenario
-from simulator.snapshots import load_by_reference
+from privsilo.simulator.run_dir.checkpoint import read_checkpoint
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.engine.faults import CRASH_POINTS, crash_plan
+from privsilo.simulator.run_dir.writers import summary
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.engine.snapshots import load_by_reference
 from tests.support.scenarios import small_scenario
 
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}

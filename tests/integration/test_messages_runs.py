@@ -7,7 +7,7 @@ import pytest
 from torch import nn
 
 import privsilo
-from simulator.errors import ScenarioError
+from privsilo.simulator.errors import ScenarioError
 from tests.support.scenarios import small_scenario
 from tests.unit.simulator.scenario.test_messages import _tabular
 

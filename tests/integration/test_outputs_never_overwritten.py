@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import simulator.engine
-from simulator.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, main
-from simulator.engine import run
-from simulator.output_dirs import new_directory
+import privsilo.simulator.engine
+from privsilo.simulator.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, main
+from privsilo.simulator.engine import run
+from privsilo.simulator.run_dir.ownership import new_directory
 from tests.support.paths import REPO
 from tests.unit.simulator.experiments.test_sweep import _write_grid
 
@@ -155,7 +155,7 @@ def test_log_refuses_an_unknown_tracker_and_a_missing_tensorboard(tmp_path, monk
 
 
 def test_attack_refuses_an_out_holding_a_finished_attack(tmp_path, capsys):
-    from simulator.reports import atomic_directory
+    from privsilo.simulator.run_dir.writers import atomic_directory
 
     out = tmp_path / "attacked"
     with atomic_directory(out, kind="attack") as staging:  # as privsilo attack writes it
@@ -169,7 +169,7 @@ def test_attack_refuses_an_out_holding_a_finished_attack(tmp_path, capsys):
 def test_interrupted_default_sweep_resumes_and_its_finished_out_is_refused(ray_local, tmp_path, monkeypatch, capsys):
     grid_path = _write_grid(tmp_path, seeds=[0])  # 2 runs
     monkeypatch.chdir(tmp_path)
-    real_run, calls = simulator.engine.run, []
+    real_run, calls = privsilo.simulator.engine.run, []
 
     def interrupted_at_the_second(*args, **kwargs):
         calls.append(1)
@@ -177,7 +177,7 @@ def test_interrupted_default_sweep_resumes_and_its_finished_out_is_refused(ray_l
             raise KeyboardInterrupt
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(simulator.engine, "run", interrupted_at_the_second)
+    monkeypatch.setattr(privsilo.simulator.engine, "run", interrupted_at_the_second)
     assert main(["sweep", str(grid_path), "--no-progress"]) == EXIT_INTERRUPTED
     (journal,) = (tmp_path / "runs" / "tiny").iterdir()  # the journal alone: the empty directory was removed
     assert journal.name.endswith(".unfinished") and STAMP.fullmatch(journal.name.removesuffix(".unfinished"))

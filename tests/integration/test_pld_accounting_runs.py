@@ -8,8 +8,8 @@ from tests.support.scenarios import small_scenario
 
 
 def test_dp_sgd_run_reports_pld_beside_rdp(ray_local, tmp_path):
-    from simulator.engine import run
-    from simulator.reports import privacy_line
+    from privsilo.simulator.engine import run
+    from privsilo.simulator.run_dir.writers import privacy_line
 
     scenario = small_scenario(
         federation={"rounds": 2, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1},

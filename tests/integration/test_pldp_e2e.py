@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.engine import run
+from privsilo.simulator.engine import run
 from tests.support.scenarios import small_scenario
 
 D = 64 * 10 + 10  # logistic regression on 8x8 digits

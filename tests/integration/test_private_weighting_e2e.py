@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
-from mechanisms.uldp.mechanism import Uldp
-from mechanisms.uldp.params import UldpParams
-from mechanisms.uldp.silo import PerUserSilo
-from protocols.private_weighting.layout import precision_bound
-from simulator.engine import run
-from simulator.errors import ScenarioError
-from simulator.models import build_model
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
+from privsilo.mechanisms.uldp.mechanism import Uldp
+from privsilo.mechanisms.uldp.params import UldpParams
+from privsilo.mechanisms.uldp.silo import PerUserSilo
+from privsilo.protocols.private_weighting.layout import precision_bound
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.scenario import validate_scenario
 
 SILOS, USERS, CLIP, GLOBAL_LR = 4, 12, 0.5, 2.0
 

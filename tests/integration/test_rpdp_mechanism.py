@@ -5,17 +5,17 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.accounting import DEFAULT_ORDERS
-from mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
-from mechanisms.per_sample import noisy_sgd_steps
-from mechanisms.rpdp import epsilon
-from mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
-from mechanisms.rpdp.mechanism import Rpdp, RpdpParams
-from simulator.cli import main
-from simulator.engine import run
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
-from simulator.experiments.sweep import rebuild_accountant
+from privsilo.mechanisms.accounting import DEFAULT_ORDERS
+from privsilo.mechanisms.base import LocalTraining, PrivacyBudgetError, SiloContext
+from privsilo.mechanisms.per_sample import noisy_sgd_steps
+from privsilo.mechanisms.rpdp import epsilon
+from privsilo.mechanisms.rpdp.budget_accountant import RecordBudgetAccountant
+from privsilo.mechanisms.rpdp.mechanism import Rpdp, RpdpParams
+from privsilo.simulator.cli import main
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.experiments.sweep import rebuild_accountant
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 from tests.support.rpdp_reference import lemma6_epsilon

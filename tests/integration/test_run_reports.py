@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from simulator.cli import main
-from simulator.engine import run
-from simulator.experiments.sweep import sweep
+from privsilo.simulator.cli import main
+from privsilo.simulator.engine import run
+from privsilo.simulator.experiments.sweep import sweep
 from tests.support.scenarios import small_scenario
 
 DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.per_sample import clipped_gradient_sum, gaussian_noise_like, poisson_sample
-from simulator.data.silos import partition_silos, run_seeds
-from simulator.engine import Federation, run
-from simulator.models import build_model
-from simulator.secure_rng import MT_WORDS, reseed_from_os_entropy
+from privsilo.mechanisms.per_sample import clipped_gradient_sum, gaussian_noise_like, poisson_sample
+from privsilo.simulator.data.silos import partition_silos, run_seeds
+from privsilo.simulator.engine import Federation, run
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.engine.secure_rng import MT_WORDS, reseed_from_os_entropy
 from tests.support.scenarios import small_scenario
 
 SIGMA, CLIP, BATCH, LR = 1.0, 1.0, 32, 0.5
@@ -137,8 +137,8 @@ def test_nothing_derived_from_the_secure_state_is_written(two_secure_runs):
 
 def _uldp_server(*, secure_rng: bool):
     """A ServerActor object (its class, run in this process, no Ray) of a ULDP scenario with user sampling."""
-    from simulator.actors import ServerActor
-    from simulator.scenario import validate_scenario
+    from privsilo.simulator.engine.actors import ServerActor
+    from privsilo.simulator.scenario import validate_scenario
 
     scenario = validate_scenario({
         **small_scenario(

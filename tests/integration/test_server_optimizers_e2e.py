@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.dprivacy.ifca import kmeans
-from mechanisms.server_optimizers import Momentum
-from simulator.engine import Federation, run
+from privsilo.mechanisms.dprivacy.ifca import kmeans
+from privsilo.mechanisms.server_optimizers import Momentum
+from privsilo.simulator.engine import Federation, run
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 

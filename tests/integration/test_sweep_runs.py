@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.engine import run
-from simulator.experiments.sweep import load_grid, sweep
+from privsilo.simulator.engine import run
+from privsilo.simulator.experiments.sweep import load_grid, sweep
 from tests.unit.simulator.experiments.test_sweep import _write_grid
 
 
@@ -65,10 +65,10 @@ def _runs_without_timing(path: Path) -> list[dict[str, str]]:
 
 
 def test_interrupted_sweep_resumes_from_its_journal(whole_sweep, tmp_path, monkeypatch):
-    import simulator.engine
+    import privsilo.simulator.engine
 
     grid_path, whole, _ = whole_sweep
-    real_run, calls = simulator.engine.run, []
+    real_run, calls = privsilo.simulator.engine.run, []
 
     def interrupted_after_two(*args, **kwargs):
         calls.append(1)
@@ -76,7 +76,7 @@ def test_interrupted_sweep_resumes_from_its_journal(whole_sweep, tmp_path, monke
             raise KeyboardInterrupt
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(simulator.engine, "run", interrupted_after_two)
+    monkeypatch.setattr(privsilo.simulator.engine, "run", interrupted_after_two)
     with pytest.raises(KeyboardInterrupt):
         sweep(grid_path, out_dir=tmp_path / "resumed")
     assert not (tmp_path / "resumed").exists()

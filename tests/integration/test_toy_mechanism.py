@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms import registry
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms import registry
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 
@@ -23,9 +23,9 @@ def toy():
 
 
 def test_a_toy_mechanism_runs_a_round_an_attack_and_an_audit(ray_local, toy):
-    from simulator.attacks.runner import attack
-    from simulator.audit.runner import audit
-    from simulator.engine import run
+    from privsilo.simulator.attacks.runner import attack
+    from privsilo.simulator.audit.runner import audit
+    from privsilo.simulator.engine import run
 
     one_round = {"rounds": 1, "client_rate": 1.0, "local_steps": 2, "batch_size": 32, "lr": 0.1}
     noiseless = run(small_scenario(mechanism={"name": "toy"}, federation=one_round))

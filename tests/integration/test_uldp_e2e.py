@@ -1,5 +1,5 @@
 """``uldp`` end to end through real Ray actors on Fed-Heart-Disease (4 hospitals, users split inside them):
-the reported user-level epsilon equals ``mechanisms.uldp.epsilon`` for the realised settings."""
+the reported user-level epsilon equals ``privsilo.mechanisms.uldp.epsilon`` for the realised settings."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-import mechanisms.uldp as uldp
-from simulator.engine import run
+import privsilo.mechanisms.uldp as uldp
+from privsilo.simulator.engine import run
 
 ROUNDS, LOCAL_STEPS, BATCH = 2, 2, 16
 

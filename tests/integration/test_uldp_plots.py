@@ -9,9 +9,9 @@ import pytest
 import yaml
 from matplotlib.image import imread
 
-import mechanisms.uldp as uldp
-from mechanisms.uldp.plots import curve_stats, group_runs, plot_sweep
-from simulator.experiments.sweep import SweepRun, sweep
+import privsilo.mechanisms.uldp as uldp
+from privsilo.mechanisms.uldp.plots import curve_stats, group_runs, plot_sweep
+from privsilo.simulator.experiments.sweep import SweepRun, sweep
 from tests.support.scenarios import small_scenario
 
 AXES = ["data.users.count", "mechanism.variant"]

@@ -12,9 +12,9 @@ import sys
 
 import yaml
 
-from simulator.cli import main
-from simulator.scenario import validate_scenario
-from simulator.scenario_reference import PAGE, scenario_reference_markdown, undocumented_keys, updated_page
+from privsilo.simulator.cli import main
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.scenario.reference import PAGE, scenario_reference_markdown, undocumented_keys, updated_page
 from tests.support.paths import REPO
 
 
@@ -36,9 +36,9 @@ def _leaf_keys(mapping: dict, prefix: str = "") -> list[str]:
 
 def test_the_scenario_reference_in_the_repository_is_up_to_date() -> None:
     """docs/reference/scenario.md holds the generated reference (readable without a build); regenerate it with
-    ``python -m simulator.scenario_reference``."""
+    ``python -m privsilo.simulator.scenario.reference``."""
     page = PAGE.read_text()
-    assert updated_page(page) == page, "run `python -m simulator.scenario_reference`"
+    assert updated_page(page) == page, "run `python -m privsilo.simulator.scenario.reference`"
     assert "| `mechanism.budgets` |" in page and "| `federation.rounds` |" in page
 
 
@@ -94,11 +94,11 @@ def literal_roles(page_html: str) -> list[str]:
 
 def test_the_role_check_finds_roles_as_mkdocstrings_renders_them() -> None:
     for shown in ('<p>returns the largest (:func:<code>fdp_one_run_audit</code>) bound</p>',
-                  "<p>read at :data:<code>SMALL_DELTA</code> times delta</p>", "<td>see :mod:mechanisms.gdp</td>",
+                  "<p>read at :data:<code>SMALL_DELTA</code> times delta</p>", "<td>see :mod:privsilo.mechanisms.gdp</td>",
                   "<p>the <code>ceiling</code> of :func one_run_audit</p>", "<p>:meth:`snapshot`</p>",
-                  "<p>(:class:<code>~simulator.actors.SiloWorker</code>)</p>", "<li>:attr: <code>x</code></li>"):
+                  "<p>(:class:<code>~privsilo.simulator.engine.actors.SiloWorker</code>)</p>", "<li>:attr: <code>x</code></li>"):
         assert literal_roles(shown), shown
-    for clean in ('<p>the <a href="#mechanisms.gdp"><code>mechanisms.gdp</code></a> module</p>',
+    for clean in ('<p>the <a href="#privsilo.mechanisms.gdp"><code>privsilo.mechanisms.gdp</code></a> module</p>',
                   "<code>model.name: \"package.module:factory\"</code>", "<p>metadata:data, a:b, 10:30 func</p>",
                   "<code>data: {dataset: digits}</code>"):
         assert literal_roles(clean) == [], clean
@@ -119,9 +119,9 @@ def test_docs_build_strictly(tmp_path) -> None:
     literal = {str(path.relative_to(site)): literal_roles(path.read_text()) for path in site.rglob("*.html")}
     assert {path: roles for path, roles in literal.items() if roles} == {}
     api = (site / "reference" / "api" / "index.html").read_text()
-    for identifier in ("privsilo.run", "simulator.results.RunResult", "simulator.scenario.Scenario",
-                       "simulator.scenario.FaultsConfig", "simulator.scenario.ServerOptimizerConfig",
-                       "mechanisms.base.Mechanism", "mechanisms.base.PrivacyAccountant", "simulator.errors.ScenarioError"):
+    for identifier in ("privsilo.run", "privsilo.simulator.engine.results.RunResult", "privsilo.simulator.scenario.Scenario",
+                       "privsilo.simulator.scenario.FaultsConfig", "privsilo.simulator.scenario.ServerOptimizerConfig",
+                       "privsilo.mechanisms.base.Mechanism", "privsilo.mechanisms.base.PrivacyAccountant", "privsilo.simulator.errors.ScenarioError"):
         assert f'id="{identifier}"' in api, identifier
     index = json.loads((site / "search" / "search_index.json").read_text())
     locations = {entry["location"].split("#")[0] for entry in index["docs"]}

@@ -103,8 +103,8 @@ def test_the_circle_finder_finds_circles() -> None:
 
 def test_the_graph_sees_lazy_imports() -> None:
     graph = import_graph()
-    assert "mechanisms.uldp.silo" in graph["mechanisms.uldp.mechanism"]  # imported inside a method
-    assert "simulator.reports" in graph["simulator.engine.api"]
+    assert "privsilo.mechanisms.uldp.silo" in graph["privsilo.mechanisms.uldp.mechanism"]  # imported inside a method
+    assert "privsilo.simulator.run_dir.writers" in graph["privsilo.simulator.engine.api"]
 
 
 def test_mechanisms_and_protocols_import_no_ray() -> None:

@@ -7,7 +7,7 @@ import sys
 
 def test_protocols_stay_free_of_ray() -> None:
     code = (
-        "import sys, protocols.plain, protocols.secure_aggregation, protocols.fixed_point; "
+        "import sys, privsilo.protocols.plain, privsilo.protocols.secure_aggregation, privsilo.protocols.fixed_point; "
         "assert 'ray' not in sys.modules and 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mechanisms.events import PoissonGaussianEvent
-from mechanisms.registry import mechanism_class
-from simulator.data import load_dataset
-from simulator.scenario import apply_overrides, load_scenario_file, validate_scenario
+from privsilo.mechanisms.events import PoissonGaussianEvent
+from privsilo.mechanisms.registry import mechanism_class
+from privsilo.simulator.data import load_dataset
+from privsilo.simulator.scenario import apply_overrides, load_scenario_file, validate_scenario
 from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
@@ -63,14 +63,14 @@ def test_heart_disease_dpsgd_spends_a_single_digit_epsilon(heart_disease_dir):
 
 @pytest.mark.parametrize("name", ["pldp/mnist.yaml", "pldp/fashion_mnist.yaml"])
 def test_pldp_comments_state_the_exact_averaged_noise(name):
-    """The noise figures in a PLDP scenario's comment are mechanisms.pldp.averaged_noise_std at the scenario's own
+    """The noise figures in a PLDP scenario's comment are privsilo.mechanisms.pldp.averaged_noise_std at the scenario's own
     settings (clients 0..n-1 upload, levels in turn by client id, weights at the centre), for its ranges and tau1."""
     import re
 
     import numpy as np
 
-    from mechanisms.pldp import averaged_noise_std
-    from mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES
+    from privsilo.mechanisms.pldp import averaged_noise_std
+    from privsilo.mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES
 
     raw = load_scenario_file(SCENARIOS / name)
     comments = " ".join(line.lstrip("# ") for line in (SCENARIOS / name).read_text().splitlines() if line.startswith("#"))

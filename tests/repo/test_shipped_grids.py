@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from simulator.cli import main
-from simulator.experiments.sweep import load_grid
+from privsilo.simulator.cli import main
+from privsilo.simulator.experiments.sweep import load_grid
 from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"

@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 # Run in a fresh interpreter: the CLI's exit code and the top-level modules it imported, as JSON.
 IMPORT_PROBE = (
     "import json, sys\n"
-    "from simulator.cli import main\n"
+    "from privsilo.simulator.cli import main\n"
     "code = main(sys.argv[1:])\n"
     "print(json.dumps({'code': code, 'modules': sorted({name.split('.')[0] for name in sys.modules})}))\n"
 )
@@ -21,7 +21,7 @@ def privsilo(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, ti
              code: int | None = None) -> subprocess.CompletedProcess:
     """``privsilo ARGS`` in a fresh interpreter run from ``cwd``, with this process's environment plus ``env``;
     with ``code``, assert that it exited with that status (the ends of its output in the message otherwise)."""
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout, env={**os.environ, **(env or {})})
     if code is not None:
         assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]

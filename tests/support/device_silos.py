@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mechanisms.base import GlobalState, LocalTraining, SiloContext, SiloContribution, model_to_vector
-from mechanisms.canaries import SiloCanaries
-from mechanisms.registry import mechanism_class
-from simulator.models import build_model
-from simulator.silo import deterministic_kernels
+from privsilo.mechanisms.base import GlobalState, LocalTraining, SiloContext, SiloContribution, model_to_vector
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.mechanisms.registry import mechanism_class
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.engine.silo import deterministic_kernels
 
 RECORDS, USERS, SILOS, SHAPE, CLASSES = 48, 6, 2, (1, 8, 8), 10
 

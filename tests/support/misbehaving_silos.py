@@ -16,9 +16,9 @@ BAD_CIPHERTEXT = (2, 0, 2)
 
 def misbehave() -> None:
     """Wrap the silo's upload and the share channel's sealing in this worker process (and only in this Ray)."""
-    from protocols.secure_aggregation import SecAggSilo
-    from protocols.secure_aggregation.messages import MaskedVector
-    from protocols.secure_aggregation.sharing import Channel
+    from privsilo.protocols.secure_aggregation import SecAggSilo
+    from privsilo.protocols.secure_aggregation.messages import MaskedVector
+    from privsilo.protocols.secure_aggregation.sharing import Channel
 
     protect, seal = SecAggSilo.protect, Channel.seal
 
@@ -40,7 +40,7 @@ def misbehave() -> None:
 def main(scenarios: dict[str, dict]) -> None:
     import ray
 
-    from simulator.engine import run
+    from privsilo.simulator.engine import run
 
     ray.init(address="local", num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="ERROR",
              runtime_env={"worker_process_setup_hook": "tests.support.misbehaving_silos.misbehave"})

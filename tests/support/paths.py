@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.data.types import default_data_dir
+from privsilo.simulator.data.types import default_data_dir
 
 REPO = Path(__file__).resolve().parents[2]
 # The cache `privsilo data fetch heart_disease` fills (PRIVSILO_DATA_DIR or ~/.cache/privsilo).

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-import simulator  # noqa: F401  (the Ray environment)
+import privsilo.simulator  # noqa: F401  (the Ray environment)
 
 LIGHT_CPUS = 0.0  # Sleeper actors hold no CPU share, so any number of them fits the test cluster
 
@@ -33,8 +33,8 @@ def lease(count: int, *, version: str | None, hold: bool, die: bool) -> None:
     a run does, which ends its turn at starting actors), print their actor ids, and with ``hold`` keep them until a
     line arrives on stdin; then give them back. With ``die`` the process exits at once instead, as a killed driver
     would, never giving them back."""
-    from simulator import detached_pool
-    from simulator.worker_pool import ActorShape, wait_until_scheduled
+    from privsilo.simulator.runtime.pool import registry as detached_pool
+    from privsilo.simulator.runtime.pool.lease import ActorShape, wait_until_scheduled
 
     if version is not None:
         detached_pool.code_version = lambda: version
@@ -55,9 +55,9 @@ def leftovers(worker: object) -> dict[str, int]:
     and the attributes the actor keeps."""
     import torch
 
-    from mechanisms.base import ServerMechanism, SiloMechanism
-    from protocols.base import ServerProtocol
-    from simulator.silo import Silo
+    from privsilo.mechanisms.base import ServerMechanism, SiloMechanism
+    from privsilo.protocols.base import ServerProtocol
+    from privsilo.simulator.engine.silo import Silo
 
     gc.collect()
     kinds = {"silos": Silo, "torch_modules": torch.nn.Module, "server_protocols": ServerProtocol,
@@ -72,9 +72,9 @@ def isolation() -> None:
     """Lease the idle actors a small run left (its shapes) and report what of that run each still holds."""
     import ray
 
-    from simulator.actors import ServerActor, SiloWorker
-    from simulator.detached_pool import DetachedPool
-    from simulator.worker_pool import ActorShape
+    from privsilo.simulator.engine.actors import ServerActor, SiloWorker
+    from privsilo.simulator.runtime.pool.registry import DetachedPool
+    from privsilo.simulator.runtime.pool.lease import ActorShape
 
     shapes = {ActorShape(SiloWorker, num_cpus=0.5, num_gpus=0.0): 3, ActorShape(ServerActor, num_cpus=0.5, num_gpus=0.0): 1}
     pool = DetachedPool(idle_timeout=600)

@@ -21,12 +21,12 @@ def small_scenario(**blocks) -> dict:
 
 def tiny_silo_context(silo_id: int = 1, canaries=None):
     """A silo context without Ray: 40 random 8x8 records, a logistic regression, a seeded generator; ``canaries``
-    as an audit would give them (see mechanisms.canaries)."""
+    as an audit would give them (see privsilo.mechanisms.canaries)."""
     import numpy as np
     import torch
 
-    from mechanisms.base import LocalTraining, SiloContext
-    from simulator.models import build_model
+    from privsilo.mechanisms.base import LocalTraining, SiloContext
+    from privsilo.simulator.models.builtin import build_model
 
     rng = np.random.default_rng(0)
     features = torch.tensor(rng.normal(size=(40, 1, 8, 8)), dtype=torch.float32)

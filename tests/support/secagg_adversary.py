@@ -36,7 +36,7 @@ Graph = dict[int, frozenset[int]]
 
 def harary(n: int, degree: int) -> Graph:
     """``H(n, degree)`` on positions ``0..n-1`` (``graph.harary_positions``), as sets."""
-    from protocols.secure_aggregation.graph import harary_positions
+    from privsilo.protocols.secure_aggregation.graph import harary_positions
     return {p: frozenset(harary_positions(p, n=n, degree=degree)) for p in range(n)}
 
 

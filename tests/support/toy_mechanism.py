@@ -2,7 +2,7 @@
 silos add Gaussian noise of a public standard deviation to their model change (no accounting: no guarantee).
 
 Everything the simulator needs to know of it is its traits below. Importing this module registers it as ``toy``
-(``mechanisms.registry.register_mechanism``): Ray workers import it when they unpickle a scenario's ``ToyParams``.
+(``privsilo.mechanisms.registry.register_mechanism``): Ray workers import it when they unpickle a scenario's ``ToyParams``.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from mechanisms.base import (
+from privsilo.mechanisms.base import (
     WEIGHTED_DELTA,
     GlobalState,
     Mechanism,
@@ -22,9 +22,9 @@ from mechanisms.base import (
     SiloMechanism,
     numpy_generator,
 )
-from mechanisms.canaries import with_canary_clients
-from mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
-from mechanisms.registry import register_mechanism
+from privsilo.mechanisms.canaries import with_canary_clients
+from privsilo.mechanisms.fedavg import FedAvgServer, local_sgd, weighted_delta_vector
+from privsilo.mechanisms.registry import register_mechanism
 
 NAME = "toy"
 CLAIM_NOTE = "the toy mechanism claims nothing"

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from simulator.cli import main
+from privsilo.simulator.cli import main
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 from tests.support.cli import IMPORT_PROBE, one_error_line, privsilo

@@ -18,7 +18,7 @@ import threading
 import pytest
 import yaml
 
-from simulator.data.heart_disease import CENTERS, center_file
+from privsilo.simulator.data.heart_disease import CENTERS, center_file
 from tests.support.cli import IMPORT_PROBE, one_error_line, privsilo
 from tests.support.paths import HEART_DISEASE_DIR, REPO
 from tests.support.processes import free_ports
@@ -248,7 +248,7 @@ def test_missing_heart_disease_names_fetch_and_data_path(tmp_path):
 
 @pytest.mark.parametrize("field", ["num_cpus", "num_gpus"])
 def test_suggested_shares_fit_whenever_a_hundredth_each_does(field):
-    from simulator.cluster import fitting_settings
+    from privsilo.simulator.runtime.cluster import fitting_settings
 
     for silos in (1, 3, 10, 57):
         for server in (0.0, 0.25, 0.5, 1.0, 3.0):

@@ -228,7 +228,7 @@ def test_the_silos_of_a_lost_node_come_back_on_a_new_one_or_the_run_stops_for_re
     round and the crash counted. Second run, with ``federation.round_timeout`` 20 s: the node hosting the workers
     is killed and none joins, so the run stops: exit 3 (not 2, the bad-input code), one error line naming the
     node and the resume command; a node joins, and ``privsilo resume`` finishes the run."""
-    from simulator.errors import EXIT_RUNTIME_FAULT
+    from privsilo.simulator.errors import EXIT_RUNTIME_FAULT
 
     nodes = []
     try:
@@ -269,7 +269,7 @@ def _lost_node_run(where: Path, address: str, nodes: list[subprocess.Popen], *, 
                               federation={**FAST, "rounds": LOST_NODE_ROUNDS, "round_timeout": round_timeout},
                               resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 1.5, "num_gpus": 0}, "silos_per_actor": 1})
     out, lines = where / "out", []
-    command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--address", address, "--out", str(out), "--no-progress"]
+    command = [sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--address", address, "--out", str(out), "--no-progress"]
     run = subprocess.Popen(command, cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
     reader.start()

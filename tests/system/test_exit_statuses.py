@@ -1,4 +1,4 @@
-"""The exit statuses of ``privsilo``: the table in docs/failures.md lists exactly the codes ``simulator.errors``
+"""The exit statuses of ``privsilo``: the table in docs/failures.md lists exactly the codes ``privsilo.simulator.errors``
 defines, and the command returns each in its case (those cheap to cause here; a lost node's 3 is in
 tests/system/test_cluster_runs.py). Ctrl-C is a real SIGINT to a real ``privsilo run``: status 130, the resume command,
 and a checkpoint that ``privsilo resume`` finishes."""
@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
-from simulator import errors
-from simulator.cli import main
+from privsilo.simulator import errors
+from privsilo.simulator.cli import main
 from tests.support.paths import REPO
 
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -45,7 +45,7 @@ def test_success_and_bad_input(tmp_path, capsys):
 def test_ctrl_c_exits_130_with_the_resume_command_and_a_checkpoint_that_resumes(tmp_path):
     out, rounds = tmp_path / "out", 6
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    command = [sys.executable, "-m", "simulator.cli", "run", str(QUICKSTART), "--out", str(out), "--no-progress",
+    command = [sys.executable, "-m", "privsilo.simulator.cli", "run", str(QUICKSTART), "--out", str(out), "--no-progress",
                "--set", f"federation.rounds={rounds}"]
     run = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
@@ -61,7 +61,7 @@ def test_ctrl_c_exits_130_with_the_resume_command_and_a_checkpoint_that_resumes(
     assert stderr.strip().splitlines()[-1] == (
         f"privsilo: interrupted; no results were written; continue from the last checkpoint with: privsilo resume {out}")
     assert not (out / "summary.json").exists()
-    resumed = subprocess.run([sys.executable, "-m", "simulator.cli", "resume", str(out), "--no-progress"], cwd=tmp_path,
+    resumed = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "resume", str(out), "--no-progress"], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == errors.EXIT_SUCCESS, resumed.stderr[-3000:]
     assert len(list(csv.DictReader((out / "metrics.csv").open()))) == rounds

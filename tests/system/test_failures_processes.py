@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import ray
 
-from simulator.engine import Federation, run
+from privsilo.simulator.engine import Federation, run
 from tests.integration.test_failures import DP_SGD, _scenario
 
 

@@ -1,7 +1,7 @@
 """A full disk, a read-only file system or a directory without write permission, on a real mount: one line
 naming the file and the error, exit status 4 (not 2, the input was fine), no partial file left, the last good
 checkpoint kept and the command that resumes from it printed; resuming once there is room ends as the run that
-never failed (:mod:`simulator.file_faults`)."""
+never failed (:mod:`privsilo.simulator.run_dir.write_faults`)."""
 from __future__ import annotations
 
 import os
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.checkpoint import read_checkpoint
-from simulator.cli import main
-from simulator.file_faults import EXIT_FILE_SYSTEM_FAULT
+from privsilo.simulator.run_dir.checkpoint import read_checkpoint
+from privsilo.simulator.cli import main
+from privsilo.simulator.run_dir.write_faults import EXIT_FILE_SYSTEM_FAULT
 from tests.support.outputs import metrics_without_wall_times as _metrics
 from tests.support.paths import REPO
 
@@ -93,7 +93,7 @@ def test_a_directory_another_user_cannot_write():
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (to run as another user) and setpriv(1)")
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    probe = subprocess.run([*as_nobody, sys.executable, "-c", "import simulator.cli"], cwd=REPO, capture_output=True)
+    probe = subprocess.run([*as_nobody, sys.executable, "-c", "import privsilo.simulator.cli"], cwd=REPO, capture_output=True)
     if probe.returncode != 0:
         pytest.skip("user nobody cannot run this Python or read this checkout (e.g. an interpreter under /root)")
     base = Path(tempfile.mkdtemp(prefix="privsilo-eacces-"))  # pytest's tmp_path is root's alone (0700)
@@ -104,7 +104,7 @@ def test_a_directory_another_user_cannot_write():
         home.mkdir()
         os.chown(home, 65534, 65534)
         env = {**os.environ, "HOME": str(home), "PRIVSILO_STATE_DIR": str(home / "state")}
-        command = [sys.executable, "-m", "simulator.cli", "run", QUICKSTART, "--out", str(locked / "out"), "--no-progress"]
+        command = [sys.executable, "-m", "privsilo.simulator.cli", "run", QUICKSTART, "--out", str(locked / "out"), "--no-progress"]
         result = subprocess.run([*as_nobody, *command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == EXIT_FILE_SYSTEM_FAULT, result.stderr
         assert result.stderr.strip() == (f"privsilo: error: could not write {locked / 'out'}: Permission denied (EACCES); "
@@ -116,8 +116,8 @@ def test_a_directory_another_user_cannot_write():
 
 def test_an_attack_audit_sweep_or_merge_that_does_not_fit_leaves_nothing(disk):
     """Their files are written into a staging directory beside the target, which a failed write removes."""
-    from simulator.file_faults import FileSystemFault
-    from simulator.reports import atomic_directory
+    from privsilo.simulator.run_dir.write_faults import FileSystemFault
+    from privsilo.simulator.run_dir.writers import atomic_directory
 
     with pytest.raises(FileSystemFault, match=rf"could not write {disk}/attack: No space left on device \(ENOSPC\)"):
         with atomic_directory(disk / "attack", kind="attack") as staging:

@@ -1,7 +1,7 @@
-"""The local warm pool (simulator.local_pool), with real processes: ``privsilo pool start`` starts a Ray head in
+"""The local warm pool (privsilo.simulator.runtime.pool.local_head), with real processes: ``privsilo pool start`` starts a Ray head in
 the background that ``privsilo run`` uses without ``--address`` (with the results of a cold run), ``pool stop``
 ends every process it started, an idle pool stops by itself, and a pool whose head died is reported, not waited on.
-The pool's ready driver (simulator.ready_driver) runs a command for its caller: with the caller's streams, exit
+The pool's ready driver (privsilo.simulator.cli.ready_driver) runs a command for its caller: with the caller's streams, exit
 status and Ctrl-C, and only for a caller that would run the same code; it survives any bytes on its socket. Only
 the owner can join the pool (a real second Unix user cannot), a run interrupted on it resumes once it is gone,
 concurrent runs of different shapes all finish, and a killed driver or supervisor ends the command with one line.
@@ -28,9 +28,9 @@ import pytest
 import torch
 import yaml
 
-from simulator import local_pool
-from simulator import driver_protocol
-from simulator.processes import process_start
+from privsilo.simulator.runtime.pool import local_head as local_pool
+from privsilo.simulator.runtime.pool import driver_protocol
+from privsilo.simulator.runtime.processes import process_start
 from tests.support import cli
 from tests.support.outputs import metrics_without_wall_times
 from tests.support.paths import REPO
@@ -162,14 +162,14 @@ def test_the_ready_driver_runs_a_command_as_its_own_process_would_and_only_for_t
 
     driver = ready_driver()  # another value of a variable read at import time: the caller runs the command itself
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    own = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--out", str(tmp_path / "own"),
+    own = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--out", str(tmp_path / "own"),
                           "--no-progress", "--set", "federation.rounds=1"], env=environment, capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert own.returncode == 0, own.stderr[-3000:]
     assert ready_driver() == driver  # still waiting: it did not serve
 
     # Ctrl-C at the caller interrupts the command in the driver: exit 130 and the caller's interrupted message
-    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--out",
+    caller = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--out",
                                str(tmp_path / "interrupted")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, cwd=REPO)
     deadline = time.monotonic() + GONE_WITHIN_S
@@ -258,7 +258,7 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(federation={"rounds": 1, "client_rate": 1.0, "local_steps": 2,
                                                                   "batch_size": 32, "lr": 0.1})))
-    other_code = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+    other_code = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out",
                                  str(tmp_path / "out")], capture_output=True, text=True, cwd=copy, timeout=600,
                                 env={**os.environ, "PYTHONPATH": str(copy)})
     assert other_code.returncode == 0, other_code.stderr[-3000:]
@@ -274,7 +274,7 @@ def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_un
         "rounds": 40, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
     state, _ = started_pool("--idle-timeout", "600")
     interrupted = tmp_path / "interrupted"
-    caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+    caller = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out",
                                str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + GONE_WITHIN_S
     while not (interrupted / "checkpoint.pkl").exists():
@@ -364,7 +364,7 @@ def test_the_ready_driver_survives_any_bytes_and_slow_senders_and_honours_the_ca
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(federation={"rounds": 1, "client_rate": 1.0, "local_steps": 2,
                                                                   "batch_size": 32, "lr": 0.1})))
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out",
+    proc = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out",
                            str(tmp_path / "private")], capture_output=True, text=True, cwd=REPO, timeout=600,
                           preexec_fn=lambda: os.umask(0o077))
     slow.close()
@@ -388,7 +388,7 @@ def test_a_killed_ready_driver_supervisor_or_caller_ends_the_command_with_one_li
         caller's exit status, its stderr lines (all the driver wrote there) and the seconds from the kill to then."""
         ready_driver()
         out = tmp_path / name
-        caller = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress",
+        caller = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress",
                                    "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         deadline = time.monotonic() + GONE_WITHIN_S
         while not (out / "checkpoint.pkl").exists():
@@ -426,7 +426,7 @@ def test_concurrent_runs_of_different_actor_shapes_on_a_two_cpu_pool_all_finish(
         scenario.write_text(yaml.safe_dump(small_scenario(name=name, checkpoint={"every": 1}, resources={"server": {"num_cpus": 1.0}, "silo": {
             "num_cpus": cpus, "num_gpus": 0}}, federation={"rounds": rounds, "client_rate": 1.0, "local_steps": 5,
                                                            "batch_size": 32, "lr": 0.1})))
-        commands[name] = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-progress", "--out", str(tmp_path / name)]
+        commands[name] = [sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out", str(tmp_path / name)]
     drivers.add(ready_driver())  # it serves a, the first command
     runs["a"] = subprocess.Popen(commands["a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + GONE_WITHIN_S
@@ -465,7 +465,7 @@ def test_runs_take_turns_at_starting_actors_in_any_order_of_leases_ends_and_deat
     served, and a run that died gives up its turn, its place and its actors."""
     import random
 
-    from simulator import detached_pool
+    from privsilo.simulator.runtime.pool import registry as detached_pool
 
     class NoThread:  # the registry's expiry thread: the test calls what it would
         def __init__(self, **_) -> None:

@@ -1,5 +1,5 @@
 """No Ray process outlives a driver killed with SIGKILL however early, even in the seconds in which Ray is still
-starting its agents (``simulator.ray_watchdog``): a real ``privsilo run`` is killed at several points right
+starting its agents (``privsilo.simulator.runtime.watchdog``): a real ``privsilo run`` is killed at several points right
 after its Ray's GCS appears, and within a bound nothing of that Ray is left, neither a process the test saw below
 the driver nor one that names the driver's session in its command line or open files."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ LEFT_BOUND_S = 45  # the watchdog's 5 s grace, its scans, and a loaded machine
 
 def _children() -> dict[int, list[tuple[int, int]]]:
     """``{parent pid: [(pid, start time)]}`` of every running process."""
-    from simulator.processes import parent_and_start
+    from privsilo.simulator.runtime.processes import parent_and_start
 
     children: dict[int, list[tuple[int, int]]] = {}
     for entry in os.listdir("/proc"):
@@ -40,10 +40,10 @@ def _below(root: int) -> dict[int, int]:
 
 @pytest.mark.parametrize("kill_after_s", [0.0, 1.5, 4.0])
 def test_a_driver_killed_while_its_ray_starts_leaves_no_process_behind(tmp_path, kill_after_s):
-    from simulator.processes import process_start
-    from simulator.ray_watchdog import session_pattern, session_processes
+    from privsilo.simulator.runtime.processes import process_start
+    from privsilo.simulator.runtime.watchdog import session_pattern, session_processes
 
-    driver = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(REPO / "scenarios" / "quickstart.yaml"),
+    driver = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(REPO / "scenarios" / "quickstart.yaml"),
                                "--out", str(tmp_path / "out"), "--no-progress"], cwd=tmp_path, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     seen: dict[int, int] = {}

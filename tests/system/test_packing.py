@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from protocols.secure_aggregation import SecAggServer
-from simulator.actors import SiloWorker
-from simulator.cluster import Capacity, worker_count
-from simulator.data import load_dataset
-from simulator.engine import pack_silos, run
-from simulator.engine.protocol_setup import server_protocol
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
-from simulator.silo import SiloSpec
+from privsilo.protocols.secure_aggregation import SecAggServer
+from privsilo.simulator.engine.actors import SiloWorker
+from privsilo.simulator.runtime.cluster import Capacity, worker_count
+from privsilo.simulator.data import load_dataset
+from privsilo.simulator.engine import pack_silos, run
+from privsilo.simulator.engine.protocol_setup import server_protocol
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.engine.silo import SiloSpec
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 from tests.support.cli import one_error_line, privsilo

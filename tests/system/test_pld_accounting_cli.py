@@ -25,7 +25,7 @@ from tests.support.scenarios import small_scenario
 def test_refusals_exit_2_naming_the_field(tmp_path, mechanism, allowed):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(small_scenario(mechanism=mechanism)))
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "validate", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "validate", str(path)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()

@@ -8,7 +8,7 @@ import warnings
 
 import yaml
 
-from simulator.engine import Federation
+from privsilo.simulator.engine import Federation
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
@@ -47,7 +47,7 @@ def test_scenario_runs_on_a_two_node_cluster(tmp_path):
         cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
         proc = subprocess.run(
-            [sys.executable, "-m", "simulator.cli", "run", str(path), "--address", address,
+            [sys.executable, "-m", "privsilo.simulator.cli", "run", str(path), "--address", address,
              "--out", str(tmp_path / "out"), "--no-progress"],
             capture_output=True, text=True, cwd=REPO, timeout=300,
         )

@@ -19,15 +19,15 @@ import pytest
 import torch
 import yaml
 
-from simulator.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint, write_checkpoint
-from simulator.engine import run
-from simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint, write_checkpoint
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
 from tests.support.outputs import metrics_without_wall_times as _metrics
 from tests.support.paths import REPO
 from tests.support.processes import descendants
 from tests.support.scenarios import small_scenario
 
-PRIVSILO = [sys.executable, "-m", "simulator.cli"]
+PRIVSILO = [sys.executable, "-m", "privsilo.simulator.cli"]
 ROUNDS = 5
 MECHANISMS = {
     "none": ({"name": "none"}, {}),
@@ -170,7 +170,7 @@ def test_resume_refuses_another_scenario(ray_local, tmp_path):
 
 
 def test_resume_refuses_another_version_before_unpickling(tmp_path, monkeypatch):
-    import simulator.checkpoint as checkpoint
+    import privsilo.simulator.run_dir.checkpoint as checkpoint
 
     write_checkpoint(tmp_path, {"state": 1}, scenario={"seed": 0})
     monkeypatch.setattr(checkpoint, "privsilo_version", lambda: "9.9.9")
@@ -180,7 +180,7 @@ def test_resume_refuses_another_version_before_unpickling(tmp_path, monkeypatch)
 
 
 def test_a_checkpoint_that_does_not_unpickle_is_one_line(tmp_path, monkeypatch):
-    import simulator.checkpoint as checkpoint
+    import privsilo.simulator.run_dir.checkpoint as checkpoint
 
     monkeypatch.setattr(checkpoint.pickle, "dumps", lambda *_, **__: b"\x80\x05cnowhere\nGone\n.")
     write_checkpoint(tmp_path, {}, scenario={})
@@ -190,7 +190,7 @@ def test_a_checkpoint_that_does_not_unpickle_is_one_line(tmp_path, monkeypatch):
 
 
 def test_resume_needs_a_checkpoint(tmp_path):
-    from simulator.cli import main
+    from privsilo.simulator.cli import main
 
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump(small_scenario()))
@@ -203,9 +203,9 @@ def test_resume_needs_a_checkpoint(tmp_path):
 def test_sweep_resumes_an_unfinished_run_from_its_checkpoint(ray_local, tmp_path, monkeypatch):
     """A grid's run interrupted after round 2 (its checkpoint in the sweep's journal) continues from round 3 when
     the sweep is run again, and the sweep's table equals that of a sweep never interrupted."""
-    import simulator.engine as engine
-    from simulator.experiments.journal import SweepJournal, scenario_key
-    from simulator.experiments.sweep import load_grid, sweep
+    import privsilo.simulator.engine as engine
+    from privsilo.simulator.experiments.journal import SweepJournal, scenario_key
+    from privsilo.simulator.experiments.sweep import load_grid, sweep
 
     base = _scenario(MECHANISMS["dp_sgd"][0], faults={})
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
@@ -259,7 +259,7 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
     left (found by its pids and by its session's name, never touching another Ray on the machine). Then
     ``privsilo resume DIR``, with neither the scenario file nor the ``--set`` the run was started with, ends with
     the results of the run never interrupted."""
-    from simulator.ray_watchdog import session_pattern, session_processes
+    from privsilo.simulator.runtime.watchdog import session_pattern, session_processes
 
     scenario = _scenario(MECHANISMS["dp_sgd"][0], seed=5, faults={})
     scenario_file = tmp_path / "scenario.yaml"

@@ -16,25 +16,25 @@ import pytest
 import torch
 import yaml
 
-from simulator.checkpoint import CHECKPOINT_FILE, CheckpointError, write_checkpoint
-from simulator.cli import EXIT_USER_ERROR, main
-from simulator.engine import run
-from simulator.reports import atomic_directory
-from simulator.run_directory import KILL_POINT_VARIABLE, is_finished
-from simulator.run_lock import LOCK_FILE, locked
+from privsilo.simulator.run_dir.checkpoint import CHECKPOINT_FILE, CheckpointError, write_checkpoint
+from privsilo.simulator.cli import EXIT_USER_ERROR, main
+from privsilo.simulator.engine import run
+from privsilo.simulator.run_dir.writers import atomic_directory
+from privsilo.simulator.run_dir.lifecycle import KILL_POINT_VARIABLE, is_finished
+from privsilo.simulator.run_dir.lock import LOCK_FILE, locked
 from tests.support.outputs import metrics_without_wall_times as _metrics
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
-PRIVSILO = [sys.executable, "-m", "simulator.cli"]
+PRIVSILO = [sys.executable, "-m", "privsilo.simulator.cli"]
 FINISHING_STEPS = ("finish:start", "finish:metrics", "finish:summary-partial", "finish:summary", "finish:committed")
 # Finishes a run's result (pickled at argv[2]) into argv[1] as engine.run does: holding the lock, after settling.
 FINISH = """
 import pickle, sys
 from pathlib import Path
-from simulator.reports import write_run
-from simulator.run_directory import settle
-from simulator.run_lock import locked
+from privsilo.simulator.run_dir.writers import write_run
+from privsilo.simulator.run_dir.lifecycle import settle
+from privsilo.simulator.run_dir.lock import locked
 directory = Path(sys.argv[1])
 result = pickle.loads(Path(sys.argv[2]).read_bytes())
 with locked(directory):
@@ -128,7 +128,7 @@ def test_two_writers_the_second_refused_and_the_first_unharmed(tmp_path):
 def test_the_lock_is_reentrant_and_names_its_holder_to_another_process(tmp_path):
     with locked(tmp_path / "d") as directory, locked(tmp_path / "d"):
         assert (directory / LOCK_FILE).read_text().strip() == str(os.getpid())
-        other = subprocess.run([sys.executable, "-c", "import sys\nfrom simulator.run_lock import locked\n"
+        other = subprocess.run([sys.executable, "-c", "import sys\nfrom privsilo.simulator.run_dir.lock import locked\n"
                                 "with locked(sys.argv[1]): pass", str(directory)], cwd=REPO, capture_output=True, text=True,
                                timeout=60)
         assert other.returncode != 0 and f"pid {os.getpid()}" in other.stderr and "DirectoryInUse" in other.stderr
@@ -185,7 +185,7 @@ def test_resume_with_overwrite_and_a_checkpoint_of_another_structure_are_refused
     out = tmp_path / "out"
     assert main(["run", str(scenario_file), "--out", str(out), "--resume", "--overwrite"]) == EXIT_USER_ERROR
     assert "--overwrite" in capsys.readouterr().err
-    from simulator.scenario import resolve_scenario
+    from privsilo.simulator.scenario import resolve_scenario
 
     # A valid digest and header, but not a run's state (what a KeyError once reported).
     write_checkpoint(out, {"records": []}, scenario=resolve_scenario(scenario_file).to_dict(every_key=True))
@@ -197,7 +197,7 @@ def test_resume_with_overwrite_and_a_checkpoint_of_another_structure_are_refused
 
 
 def test_results_have_the_umasks_permissions_and_the_checkpoint_stays_private(tmp_path):
-    from simulator.checkpoint import checkpoint_path
+    from privsilo.simulator.run_dir.checkpoint import checkpoint_path
 
     write_checkpoint(tmp_path / "run", {"state": 1}, scenario={})
     assert stat.S_IMODE(checkpoint_path(tmp_path / "run").stat().st_mode) == 0o600

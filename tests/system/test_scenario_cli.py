@@ -17,7 +17,7 @@ def test_cli_bad_input_exits_2_with_one_line_and_keeps_previous_output(tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(small_scenario(federation={"client_rate": -0.5})))
     proc = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "run", str(bad), "--out", str(out)],
+        [sys.executable, "-m", "privsilo.simulator.cli", "run", str(bad), "--out", str(out)],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )
     assert proc.returncode == 2

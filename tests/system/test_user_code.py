@@ -1,7 +1,7 @@
 """Users' own models and datasets (examples/wine_csv): from YAML import strings through the CLI, as objects through
 ``privsilo.run``, as names registered by an installed package; each with dp_sgd and secure aggregation on real
 Ray actors. Bad models and datasets exit 2 with one line naming the field (checked through ``main``, the function
-``python -m simulator.cli`` calls, in this process; one case also in a fresh interpreter)."""
+``python -m privsilo.simulator.cli`` calls, in this process; one case also in a fresh interpreter)."""
 from __future__ import annotations
 
 import json
@@ -16,11 +16,11 @@ import torch
 import yaml
 
 import privsilo
-from simulator.cli import main
+from privsilo.simulator.cli import main
 from examples.wine_csv.data import load_wine_csv
 from examples.wine_csv.model import tabular_mlp
-from simulator.errors import ScenarioError
-from simulator.scenario import load_scenario_file, validate_scenario
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import load_scenario_file, validate_scenario
 from tests.support.outputs import metrics_without_wall_times as _metrics
 from tests.support.paths import REPO
 from tests.support.cli import one_error_line, privsilo as privsilo_cli
@@ -30,7 +30,7 @@ SHORT = ["federation.rounds=3"]
 
 
 def _validate(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
-    """``privsilo validate ARGS`` through the CLI's ``main`` in this process (what ``python -m simulator.cli``
+    """``privsilo validate ARGS`` through the CLI's ``main`` in this process (what ``python -m privsilo.simulator.cli``
     runs, without a new interpreter's second of imports per case), as the CompletedProcess ``one_error_line`` reads."""
     capsys.readouterr()
     code = main(["validate", *args])

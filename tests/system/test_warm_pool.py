@@ -1,4 +1,4 @@
-"""The cluster's warm pool (simulator.detached_pool), on a real Ray head started for this module: a warm run's
+"""The cluster's warm pool (privsilo.simulator.runtime.pool.registry), on a real Ray head started for this module: a warm run's
 results equal a cold run's, leases are exclusive across drivers, another code version is never reused, actors
 keep nothing of a run once handed back, a driver that dies holding a lease loses it, and ``pool stop`` leaves no
 actor behind.
@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from simulator.detached_pool import CHECK_EVERY_S
+from privsilo.simulator.runtime.pool.registry import CHECK_EVERY_S
 from tests.support import cli
 from tests.support.outputs import metrics_without_wall_times
 from tests.support.paths import REPO
@@ -125,7 +125,7 @@ def test_pool_stop_leaves_no_actor_behind(cluster_address):
 
 
 def test_pool_commands_without_a_cluster_exit_2_with_one_line(unused_address):
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "pool", "status", "--address", unused_address],
+    proc = subprocess.run([sys.executable, "-m", "privsilo.simulator.cli", "pool", "status", "--address", unused_address],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith(f"privsilo: error: --address: got '{unused_address}'")

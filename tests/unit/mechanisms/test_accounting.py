@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant
 
-from mechanisms.accounting import DEFAULT_ORDERS, RdpAccountant
-from mechanisms.base import NoGuarantee
-from mechanisms.events import PoissonGaussianEvent
+from privsilo.mechanisms.accounting import DEFAULT_ORDERS, RdpAccountant
+from privsilo.mechanisms.base import NoGuarantee
+from privsilo.mechanisms.events import PoissonGaussianEvent
 
 SETTINGS = [  # (q, sigma, steps, delta)
     (0.01, 1.1, 1000, 1e-5),
@@ -197,16 +197,16 @@ def test_incremental_accountant_equals_opacus_from_scratch_over_random_events() 
 
 def test_one_step_rdp_is_computed_once_per_rate_and_sigma(monkeypatch) -> None:
     """RDP composes additively: reading epsilon after every round must not recompute the history."""
-    import mechanisms.accounting
+    import privsilo.mechanisms.accounting
 
     calls = []
-    original = mechanisms.accounting.poisson_gaussian_rdp
+    original = privsilo.mechanisms.accounting.poisson_gaussian_rdp
 
     def counted(rates, sigma, orders):
         calls.extend((float(q), sigma) for q in rates)
         return original(rates, sigma, orders)
 
-    monkeypatch.setattr(mechanisms.accounting, "poisson_gaussian_rdp", counted)
+    monkeypatch.setattr(privsilo.mechanisms.accounting, "poisson_gaussian_rdp", counted)
     accountant = RdpAccountant(delta=1e-5)
     for round_index in range(6):
         for silo in range(3):

@@ -8,12 +8,12 @@ import pytest
 import torch
 from scipy import stats
 
-from mechanisms.base import LocalTraining, SiloContext
-from mechanisms.canaries import CanaryGradients, SiloCanaries
-from mechanisms.dp_sgd import noisy_local_training
-from mechanisms.per_sample import poisson_batches, poisson_sample
-from simulator.models import build_model, evaluate_model
-from simulator.silo import draws_on_device
+from privsilo.mechanisms.base import LocalTraining, SiloContext
+from privsilo.mechanisms.canaries import CanaryGradients, SiloCanaries
+from privsilo.mechanisms.dp_sgd import noisy_local_training
+from privsilo.mechanisms.per_sample import poisson_batches, poisson_sample
+from privsilo.simulator.models.builtin import build_model, evaluate_model
+from privsilo.simulator.engine.silo import draws_on_device
 from tests.support.device_silos import FAMILIES, contribute, family_silo, released
 
 FALSE_FAILURE_RATE = 1e-6

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms import discrete_noise
-from mechanisms.discrete_noise import _exp_bounds, discrete_gaussian, discrete_gaussian_pmf
-from protocols.crypto_random import seeded_for_tests
+from privsilo.mechanisms import discrete_noise
+from privsilo.mechanisms.discrete_noise import _exp_bounds, discrete_gaussian, discrete_gaussian_pmf
+from privsilo.protocols.crypto_random import seeded_for_tests
 
 P_MIN = 1e-4
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy import stats
 
-from mechanisms.base import LocalTraining, SiloContext, model_to_vector
-from mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC, DpSgd, DpSgdParams
-from mechanisms.events import PoissonGaussianEvent
-from mechanisms.fedavg import FedAvgServer
+from privsilo.mechanisms.base import LocalTraining, SiloContext, model_to_vector
+from privsilo.mechanisms.dp_sgd import RECORD_COUNTS_PUBLIC, DpSgd, DpSgdParams
+from privsilo.mechanisms.events import PoissonGaussianEvent
+from privsilo.mechanisms.fedavg import FedAvgServer
 
 FALSE_FAILURE_RATE = 1e-6
 

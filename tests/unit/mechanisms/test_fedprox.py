@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mechanisms.base import LocalTraining, SiloContext, model_to_vector
-from mechanisms.dp_sgd import noisy_local_training
-from mechanisms.fedavg import local_sgd
-from mechanisms.uldp.training import train_users, train_users_loop
+from privsilo.mechanisms.base import LocalTraining, SiloContext, model_to_vector
+from privsilo.mechanisms.dp_sgd import noisy_local_training
+from privsilo.mechanisms.fedavg import local_sgd
+from privsilo.mechanisms.uldp.training import train_users, train_users_loop
 
 MU = 0.7
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from scipy import stats
 
-from mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
-from mechanisms.fast_clipping import supports_fast_clipping
-from mechanisms.per_sample import (
+from privsilo.mechanisms.fast_clipping import clipped_gradient_sum as fast_clipped_sum
+from privsilo.mechanisms.fast_clipping import supports_fast_clipping
+from privsilo.mechanisms.per_sample import (
     clip_and_sum,
     clipped_gradient_sum,
     gaussian_noise_like,
@@ -15,7 +15,7 @@ from mechanisms.per_sample import (
     per_sample_norms,
     poisson_sample,
 )
-from simulator.models import build_model
+from privsilo.simulator.models.builtin import build_model
 
 FALSE_FAILURE_RATE = 1e-6  # per statistical test below
 

@@ -10,11 +10,11 @@ import warnings
 
 import pytest
 
-from mechanisms.accounting import RdpAccountant
-from mechanisms.events import PoissonGaussianEvent, UserLevelGaussianEvent
-from mechanisms.pld import DELTA_SAFETY, FINE_VALUE_DISCRETIZATION_INTERVAL, SMALLEST_DELTA, _one_step, gaussian_delta, pld_epsilon
-from mechanisms.uldp.accountant import UldpAccountant, user_level_epsilon
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.accounting import RdpAccountant
+from privsilo.mechanisms.events import PoissonGaussianEvent, UserLevelGaussianEvent
+from privsilo.mechanisms.pld import DELTA_SAFETY, FINE_VALUE_DISCRETIZATION_INTERVAL, SMALLEST_DELTA, _one_step, gaussian_delta, pld_epsilon
+from privsilo.mechanisms.uldp.accountant import UldpAccountant, user_level_epsilon
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 DELTA = 1e-5
@@ -184,7 +184,7 @@ def test_uldp_report_puts_pld_beside_rdp_with_and_without_sampling():
 
 
 def test_the_mechanisms_hand_their_accountant_the_choice():
-    from mechanisms.registry import mechanism_class
+    from privsilo.mechanisms.registry import mechanism_class
 
     for mechanism in ({"name": "dp_sgd", "accountant": "pld"}, {"name": "uldp", "variant": "avg_w", "accountant": "pld"}):
         params = _validated(mechanism).mechanism.params

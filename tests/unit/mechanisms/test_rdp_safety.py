@@ -16,18 +16,18 @@ import mpmath
 import numpy as np
 import pytest
 
-import mechanisms.accounting
-import mechanisms.rdp
-import mechanisms.rpdp.accountant
-import mechanisms.uldp.accountant
-from mechanisms.accounting import RdpAccountant
-from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
-from mechanisms.events import ClientLevelGaussianEvent, PoissonGaussianEvent
-from mechanisms.rdp import DEFAULT_ORDERS, RdpError, check_rdp_curve, conversion_offset, epsilon_from_rdp, poisson_gaussian_rdp
-from mechanisms.rpdp import epsilon as rpdp_epsilon
-from mechanisms.rpdp import rdp_curve
-from mechanisms.uldp import epsilon as uldp_epsilon
-from mechanisms.uldp.accountant import group_exponent, group_rdp, user_level_epsilon
+import privsilo.mechanisms.accounting
+import privsilo.mechanisms.rdp
+import privsilo.mechanisms.rpdp.accountant
+import privsilo.mechanisms.uldp.accountant
+from privsilo.mechanisms.accounting import RdpAccountant
+from privsilo.mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+from privsilo.mechanisms.events import ClientLevelGaussianEvent, PoissonGaussianEvent
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS, RdpError, check_rdp_curve, conversion_offset, epsilon_from_rdp, poisson_gaussian_rdp
+from privsilo.mechanisms.rpdp import epsilon as rpdp_epsilon
+from privsilo.mechanisms.rpdp import rdp_curve
+from privsilo.mechanisms.uldp import epsilon as uldp_epsilon
+from privsilo.mechanisms.uldp.accountant import group_exponent, group_rdp, user_level_epsilon
 from tests.support.rdp_reference import balle_epsilon, step_rdp
 
 # The grid spans each regime with its extreme and critical points (the 30-digit reference makes every point cost,
@@ -164,8 +164,8 @@ def test_a_broken_fractional_series_is_refused(monkeypatch, factor) -> None:
     """A fractional-order value outside the bounds the exact integer orders put on it (convexity of (a-1) rho(a)
     and monotonicity of rho) is an error, not an epsilon: a negative value, half and one and a half times the
     true one at order 5.5 (q = 0.1, sigma = 2)."""
-    series = mechanisms.rdp._log_a_fractional
-    monkeypatch.setattr(mechanisms.rdp, "_log_a_fractional", lambda q, sigma, order: factor * series(q, sigma, order))
+    series = privsilo.mechanisms.rdp._log_a_fractional
+    monkeypatch.setattr(privsilo.mechanisms.rdp, "_log_a_fractional", lambda q, sigma, order: factor * series(q, sigma, order))
     with pytest.raises(RdpError, match="order 5.5"):
         poisson_gaussian_rdp(np.array([0.1]), 2.0, np.array([5.5]))
 
@@ -200,25 +200,25 @@ def _negative_at_some_orders(rates, sigma, orders):
 @pytest.mark.parametrize(
     ("module", "compute"),
     [
-        (mechanisms.accounting, lambda: _dp_sgd_epsilon()),
-        (mechanisms.accounting, lambda: uldp_epsilon(variant="avg_w", noise_multiplier=2.0, rounds=10, delta=DELTA)),
+        (privsilo.mechanisms.accounting, lambda: _dp_sgd_epsilon()),
+        (privsilo.mechanisms.accounting, lambda: uldp_epsilon(variant="avg_w", noise_multiplier=2.0, rounds=10, delta=DELTA)),
         (
-            mechanisms.uldp.accountant,
+            privsilo.mechanisms.uldp.accountant,
             lambda: uldp_epsilon(
                 variant="group", group_k=1, noise_multiplier=2.0, sampling_rate=0.1, local_steps=1, rounds=10, delta=DELTA
             ),
         ),
         (
-            mechanisms.uldp.accountant,
+            privsilo.mechanisms.uldp.accountant,
             lambda: uldp_epsilon(
                 variant="group", group_k=4, noise_multiplier=0.5, sampling_rate=0.5, local_steps=1, rounds=1000, delta=DELTA
             ),
         ),
         (
-            mechanisms.rpdp.accountant,
+            privsilo.mechanisms.rpdp.accountant,
             lambda: rpdp_epsilon(0.5, noise_multiplier=0.5, rounds=100, local_steps=1, client_rate=1.0, delta=DELTA),
         ),
-        (mechanisms.accounting, _dp_fedavg_epsilon),
+        (privsilo.mechanisms.accounting, _dp_fedavg_epsilon),
     ],
     ids=["dp_sgd", "uldp_user_level", "uldp_group_1", "uldp_group_4", "rpdp", "dp_fedavg"],
 )

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.server_optimizers import Adagrad, Adam, Momentum, Sgd, Yogi
-from simulator.cli import main
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.server_optimizers import Adagrad, Adam, Momentum, Sgd, Yogi
+from privsilo.simulator.cli import main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
@@ -175,7 +175,7 @@ def test_meaningful_combinations_are_accepted():
 
 
 def test_the_scenario_reference_lists_the_new_keys():
-    from simulator.scenario_reference import scenario_reference_markdown
+    from privsilo.simulator.scenario.reference import scenario_reference_markdown
 
     reference = scenario_reference_markdown()
     for key in ("proximal_mu", "server_optimizer.name", "server_optimizer.lr", "server_optimizer.beta1",

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from protocols.fixed_point import DEFAULT_MARGIN_BITS, EncodingOverflowError, FixedPointCodec
+from privsilo.protocols.fixed_point import DEFAULT_MARGIN_BITS, EncodingOverflowError, FixedPointCodec
 
 
 @st.composite

@@ -1,10 +1,10 @@
-"""``protocols.kdf.hkdf_sha256`` is HKDF-SHA256 without salt: RFC 5869's test case 3 and ``cryptography``'s HKDF."""
+"""``privsilo.protocols.kdf.hkdf_sha256`` is HKDF-SHA256 without salt: RFC 5869's test case 3 and ``cryptography``'s HKDF."""
 import os
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from protocols.kdf import hkdf_sha256
+from privsilo.protocols.kdf import hkdf_sha256
 
 
 def test_rfc5869_test_case_3_without_salt_or_info() -> None:

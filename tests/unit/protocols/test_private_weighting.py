@@ -12,21 +12,21 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from protocols.base import ProtocolStateError
-from protocols.crypto_random import seeded_for_tests
-from protocols.fixed_point import EncodingOverflowError
-from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting import PwpConfig, PwpStage, encode_noise
-from protocols.private_weighting.server import PwpServer
-from protocols.private_weighting.silo import PwpSilo
-from protocols.private_weighting.layout import (
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.crypto_random import seeded_for_tests
+from privsilo.protocols.fixed_point import EncodingOverflowError
+from privsilo.protocols.paillier import PaillierKeyPair
+from privsilo.protocols.private_weighting import PwpConfig, PwpStage, encode_noise
+from privsilo.protocols.private_weighting.server import PwpServer
+from privsilo.protocols.private_weighting.silo import PwpSilo
+from privsilo.protocols.private_weighting.layout import (
     WEIGHT_FRACTIONAL_BITS,
     HeadroomError,
     check_headroom,
     lcm_up_to,
     precision_bound,
 )
-from protocols.private_weighting.messages import MaskedWeights, PackedCiphertexts, UserDeltas
+from privsilo.protocols.private_weighting.messages import MaskedWeights, PackedCiphertexts, UserDeltas
 
 TEST_P = int("c1a7d0b46a5c831037a2263b5c887c8c88072622cd76d233c70d8cc6d1d1d60fc77015fcf9bc8ab2d5a6552858cad56d5ab45294"
              "ce5c1c010881098ce48a9b83", 16)

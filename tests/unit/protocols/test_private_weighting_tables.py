@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from gmpy2 import mpz
 
-from protocols.crypto_random import seeded_for_tests
-from protocols.paillier import PaillierKeyPair
-from protocols.private_weighting.layout import SlotLayout
-from protocols.private_weighting.tables import TablePlan, WeightPowers, horner_squarings, plan_tables
+from privsilo.protocols.crypto_random import seeded_for_tests
+from privsilo.protocols.paillier import PaillierKeyPair
+from privsilo.protocols.private_weighting.layout import SlotLayout
+from privsilo.protocols.private_weighting.tables import TablePlan, WeightPowers, horner_squarings, plan_tables
 from tests.unit.protocols.test_private_weighting import TEST_P, TEST_Q
 
 LAYOUT = SlotLayout(slot_bits=48, slots=7)  # 336 bits of a 1,024-bit test key

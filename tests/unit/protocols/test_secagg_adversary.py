@@ -10,8 +10,8 @@ import itertools
 import numpy as np
 import pytest
 
-from protocols.base import ProtocolStateError
-from protocols.secure_aggregation import (
+from privsilo.protocols.base import ProtocolStateError
+from privsilo.protocols.secure_aggregation import (
     ConfirmedUploaders,
     ConsistencyRequest,
     ConsistencySignature,
@@ -23,10 +23,10 @@ from protocols.secure_aggregation import (
     mask_stream,
     self_mask_key,
 )
-from protocols.secure_aggregation.graph import public_permutation
-from protocols.secure_aggregation.parameters import dropped_silos
-from protocols.secure_aggregation.sharing import mask_private_key, recover
-from protocols.secure_aggregation.signatures import sign, uploaders_message
+from privsilo.protocols.secure_aggregation.graph import public_permutation
+from privsilo.protocols.secure_aggregation.parameters import dropped_silos
+from privsilo.protocols.secure_aggregation.sharing import mask_private_key, recover
+from privsilo.protocols.secure_aggregation.signatures import sign, uploaders_message
 from tests.support.secagg_adversary import Setting, Strategy, bound_event, harary, outcome, random_strategy, search
 from tests.unit.protocols.test_secure_aggregation import federation, random_vectors, through_keys
 

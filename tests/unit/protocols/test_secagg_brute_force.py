@@ -24,8 +24,8 @@ import itertools
 import numpy as np
 import pytest
 
-from protocols.secure_aggregation.graph import connected, harary_positions, round_graph
-from protocols.secure_aggregation.parameters import (
+from privsilo.protocols.secure_aggregation.graph import connected, harary_positions, round_graph
+from privsilo.protocols.secure_aggregation.parameters import (
     corrupt_silos,
     dropped_silos,
     exposure_threshold,

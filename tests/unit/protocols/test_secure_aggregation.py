@@ -1,5 +1,5 @@
 """Tests of secure aggregation with dropout recovery on the SecAgg+ graph (protocols/secure_aggregation/) and of
-plain summation. Pure protocol code: no Ray; each round is driven by the engine's loop from ``protocols.base``."""
+plain summation. Pure protocol code: no Ray; each round is driven by the engine's loop from ``privsilo.protocols.base``."""
 from __future__ import annotations
 
 import contextlib
@@ -15,11 +15,11 @@ import pytest
 from scipy import stats
 from Crypto.Cipher import AES
 
-from protocols.base import ProtocolStateError, RoundAbandoned
-from protocols.crypto_random import seeded_for_tests
-from protocols.fixed_point import EncodingOverflowError, FixedPointCodec
-from protocols.plain import PlainSumServer, PlainSumSilo
-from protocols.secure_aggregation import (
+from privsilo.protocols.base import ProtocolStateError, RoundAbandoned
+from privsilo.protocols.crypto_random import seeded_for_tests
+from privsilo.protocols.fixed_point import EncodingOverflowError, FixedPointCodec
+from privsilo.protocols.plain import PlainSumServer, PlainSumSilo
+from privsilo.protocols.secure_aggregation import (
     ConfirmedUploaders,
     ConsistencyRequest,
     ConsistencySignature,
@@ -48,18 +48,18 @@ from protocols.secure_aggregation import (
     run_report,
     self_mask_key,
 )
-from protocols.secure_aggregation.graph import connected, harary_positions
-from protocols.secure_aggregation.parameters import (
+from privsilo.protocols.secure_aggregation.graph import connected, harary_positions
+from privsilo.protocols.secure_aggregation.parameters import (
     DEFAULT_DROPOUT_RATE,
     _disconnection,
     corrupt_silos,
     dropped_silos,
     hypergeometric_tail,
 )
-from protocols.secure_aggregation.signatures import graph_seed
-from protocols.secure_aggregation.sharing import PRIME, mask_private_key
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.protocols.secure_aggregation.signatures import graph_seed
+from privsilo.protocols.secure_aggregation.sharing import PRIME, mask_private_key
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 STEPS = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES", "protect", "unmask")
@@ -117,7 +117,7 @@ def first_round_graph(n: int, *, degree: int | None, seed: int = 0, **settings) 
 
 
 def run_round(silos, server, vectors, *, round_index: int, drops: dict[int, str] | None = None) -> Round:
-    """The engine's round loop (protocols.base), with silo ``i`` vanishing before step ``drops[i]``."""
+    """The engine's round loop (privsilo.protocols.base), with silo ``i`` vanishing before step ``drops[i]``."""
     drops = drops or {}
     participants = tuple(sorted(vectors))
     alive = set(participants)
@@ -818,7 +818,7 @@ def test_recovery_equals_an_independent_reconstruction_for_any_share_indices() -
     """``sharing.recover`` (Lagrange coefficients cached per set of share indices, in the field of 2^130 - 5) gives
     the secret that Gaussian elimination on the shares gives, for random secrets, thresholds and subsets of
     shares, in any order; duplicate indices and shares of no 16-byte secret are refused."""
-    from protocols.secure_aggregation.sharing import recover, split
+    from privsilo.protocols.secure_aggregation.sharing import recover, split
 
     rng = np.random.default_rng(4)
     random = seeded_for_tests(4)
@@ -841,7 +841,7 @@ def test_the_surplus_share_check_equals_an_independent_evaluation() -> None:
     """``sharing.consistent`` (Lagrange coefficients at each surplus index cached per set of base indices) flags
     exactly the surplus shares off the polynomial that Gaussian elimination finds through the first ``t`` shares,
     for random thresholds, share orders and a one-unit corruption of any share."""
-    from protocols.secure_aggregation.sharing import consistent, split
+    from privsilo.protocols.secure_aggregation.sharing import consistent, split
 
     def on_polynomial(base, share) -> bool:
         x, y = share
@@ -1301,7 +1301,7 @@ def test_a_share_at_the_wrong_index_counts_as_not_received_and_its_sender_as_dro
     """With may_lie a silo checks each share's index against its rank in the sender's share set: shares a sender
     deals at shifted indices count as not received (no exception), the receivers do not mask with it, and they
     sign no claim naming it, only one that counts it as dropped."""
-    import protocols.secure_aggregation.silo as silo_module
+    import privsilo.protocols.secure_aggregation.silo as silo_module
 
     n = 10
     silos, server = federation(n, neighbours=4, server="may_lie", dropout_rate=0.2)
@@ -1381,7 +1381,7 @@ def test_uploads_of_two_lengths_without_a_majority_abandon_the_round_naming_them
 @pytest.mark.parametrize("server_model", SERVER_MODELS)
 def test_a_silo_refusing_shares_that_do_not_authenticate_drops_out_and_the_round_goes_on(server_model) -> None:
     """Silo 2's shares for silo 0 do not authenticate. The engine turns a refusal into the refuser sitting the rest
-    of the round out (``simulator.actors``); played here: with ``honest_but_curious`` silo 0 refuses at
+    of the round out (``privsilo.simulator.engine.actors``); played here: with ``honest_but_curious`` silo 0 refuses at
     ``COLLECT_SHARES``, naming silo 2, before it masks; with ``may_lie`` it masks without silo 2 and refuses to
     sign a claim naming it. Either way the round sums the other silos exactly, and no silo's two kinds of share
     are both revealed."""

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant as OpacusRdp
 
-from mechanisms.dp_fedavg.accountant import ClientLevelAccountant
-from mechanisms.dp_fedavg.mechanism import DpFedAvgServer, clip_to_norm
-from mechanisms.dp_fedavg.params import DpFedAvgParams
-from mechanisms.events import ClientLevelGaussianEvent
-from mechanisms.rdp import DEFAULT_ORDERS
-from mechanisms.canaries import SiloCanaries
-from mechanisms.dp_fedavg.mechanism import ClipNorm, DpFedAvg
+from privsilo.mechanisms.dp_fedavg.accountant import ClientLevelAccountant
+from privsilo.mechanisms.dp_fedavg.mechanism import DpFedAvgServer, clip_to_norm
+from privsilo.mechanisms.dp_fedavg.params import DpFedAvgParams
+from privsilo.mechanisms.events import ClientLevelGaussianEvent
+from privsilo.mechanisms.rdp import DEFAULT_ORDERS
+from privsilo.mechanisms.canaries import SiloCanaries
+from privsilo.mechanisms.dp_fedavg.mechanism import ClipNorm, DpFedAvg
 from tests.support.paths import REPO
 from tests.support.scenarios import tiny_silo_context
 
@@ -94,8 +94,8 @@ def test_accountant_refuses_disagreeing_silos_and_other_events() -> None:
 def test_the_divisor_does_not_depend_on_the_number_of_uploads() -> None:
     """q as uploaded sums exactly over any number of silos (in silo order, as the plain sum adds), so the server's
     q N is the same bit for bit whoever took part; through a fixed-point codec too."""
-    from mechanisms.dp_fedavg.mechanism import public_rate
-    from protocols.fixed_point import FixedPointCodec
+    from privsilo.mechanisms.dp_fedavg.mechanism import public_rate
+    from privsilo.protocols.fixed_point import FixedPointCodec
 
     codec = FixedPointCodec(fractional_bits=24, max_summands=1000)
     for q in (0.3, 1 / 3, 0.05, 0.001, 0.7):
@@ -204,8 +204,8 @@ def test_silo_uploads_its_clipped_update_and_canary_clients_add_c_u(clipping) ->
 
 
 def test_audit_refuses_client_sampling(tmp_path) -> None:
-    from simulator.errors import ScenarioError
-    from simulator.scenario import load_scenario_file, validate_scenario
+    from privsilo.simulator.errors import ScenarioError
+    from privsilo.simulator.scenario import load_scenario_file, validate_scenario
 
     raw = load_scenario_file(REPO / "scenarios" / "audits" / "dp_fedavg_digits.yaml")
     raw["federation"] = {**raw["federation"], "client_rate": 0.5}
@@ -220,8 +220,8 @@ def test_audit_refuses_client_sampling(tmp_path) -> None:
     (1e-3, {"secure_aggregation": False}, False),
 ])
 def test_a_client_rate_that_rounds_to_zero_on_its_way_to_the_divisor_is_refused(rate, protocol, refused) -> None:
-    from simulator.errors import ScenarioError
-    from simulator.scenario import validate_scenario
+    from privsilo.simulator.errors import ScenarioError
+    from privsilo.simulator.scenario import validate_scenario
     from tests.support.scenarios import small_scenario
 
     raw = small_scenario(mechanism={"name": "dp_fedavg"}, protocol=protocol)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms.dprivacy import euclidean_laplace
+from privsilo.mechanisms.dprivacy import euclidean_laplace
 
 ALPHA = 1e-4
 Z_CRITICAL = stats.norm.isf(ALPHA / 2)  # two-sided z-test at level ALPHA

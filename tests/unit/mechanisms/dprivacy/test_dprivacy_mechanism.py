@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.dprivacy import euclidean_laplace
-from mechanisms.dprivacy.accountant import LeakageAccountant
-from mechanisms.dprivacy.ifca import IfcaServer, kmeans
-from mechanisms.dprivacy.params import Calibration, DPrivacyParams
-from mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
-from mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
-from protocols.plain import PlainSumServer, PlainSumSilo
-from simulator.reports import privacy_line
+from privsilo.mechanisms.dprivacy import euclidean_laplace
+from privsilo.mechanisms.dprivacy.accountant import LeakageAccountant
+from privsilo.mechanisms.dprivacy.ifca import IfcaServer, kmeans
+from privsilo.mechanisms.dprivacy.params import Calibration, DPrivacyParams
+from privsilo.mechanisms.dprivacy.sanitize import hypothesis_spread, sanitize_update
+from privsilo.mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
+from privsilo.protocols.plain import PlainSumServer, PlainSumSilo
+from privsilo.simulator.run_dir.writers import privacy_line
 
 
 def brute_force_kmeans(points, centres):
@@ -159,10 +159,10 @@ def test_the_result_line_gives_the_leakage_or_why_there_is_none():
 def test_a_client_picks_the_hypothesis_with_the_lowest_loss_on_its_records():
     import torch
 
-    from mechanisms.base import LocalTraining, SiloContext
-    from mechanisms.dprivacy.silo import best_hypothesis
-    from simulator.data.synthetic import THETAS, load_synthetic_linear
-    from simulator.models import build_model
+    from privsilo.mechanisms.base import LocalTraining, SiloContext
+    from privsilo.mechanisms.dprivacy.silo import best_hypothesis
+    from privsilo.simulator.data.synthetic import THETAS, load_synthetic_linear
+    from privsilo.simulator.models.builtin import build_model
 
     data = load_synthetic_linear(users=4, seed=0)
     for user, records in enumerate(data.natural_partition):

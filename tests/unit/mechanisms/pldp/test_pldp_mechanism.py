@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.base import model_to_vector
-from mechanisms.events import LocalDpPlan, LocalDpUpload, PoissonGaussianEvent
-from mechanisms.pldp import PAPER_BUDGETS, PAPER_RANGES, pdpm_outputs
-from mechanisms.pldp.accountant import LocalDpAccountant
-from mechanisms.pldp.mechanism import Pldp
-from mechanisms.pldp.params import PldpParams
-from simulator.cli import main
-from simulator.errors import ScenarioError
-from simulator.reports import privacy_line
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.base import model_to_vector
+from privsilo.mechanisms.events import LocalDpPlan, LocalDpUpload, PoissonGaussianEvent
+from privsilo.mechanisms.pldp import PAPER_BUDGETS, PAPER_RANGES, pdpm_outputs
+from privsilo.mechanisms.pldp.accountant import LocalDpAccountant
+from privsilo.mechanisms.pldp.mechanism import Pldp
+from privsilo.mechanisms.pldp.params import PldpParams
+from privsilo.simulator.cli import main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.writers import privacy_line
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario, tiny_silo_context
 
 

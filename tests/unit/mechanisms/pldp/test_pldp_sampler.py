@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.pldp import (
+from privsilo.mechanisms.pldp import (
     PAPER_BUDGETS,
     ClientPerturbation,
     averaged_noise_std,

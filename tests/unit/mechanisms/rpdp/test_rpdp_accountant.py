@@ -8,8 +8,8 @@ import pytest
 from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis.rdp import _compute_rdp
 
-from mechanisms.accounting import DEFAULT_ORDERS
-from mechanisms.rpdp import Adversary, Conversion, epsilon, rdp_curve, step_rdp
+from privsilo.mechanisms.accounting import DEFAULT_ORDERS
+from privsilo.mechanisms.rpdp import Adversary, Conversion, epsilon, rdp_curve, step_rdp
 from tests.support.rpdp_reference import lemma6_epsilon
 
 INTEGER_ORDERS = tuple(order for order in DEFAULT_ORDERS if float(order).is_integer())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms.rpdp.budgets import (
+from privsilo.mechanisms.rpdp.budgets import (
     BoundedMixGauss,
     BoundedPareto,
     ThreeLevels,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechanisms.rpdp import SamplingProbabilityEstimator
+from privsilo.mechanisms.rpdp import SamplingProbabilityEstimator
 
 SETTINGS = [  # (sigma, rounds, local_steps, client_rate, delta)
     (1.0, 20, 5, 0.5, 1e-3),  # the paper's Figure 5 setting

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
-from mechanisms.rpdp import epsilon
-from mechanisms.rpdp.budget_accountant import RealisedCost
-from mechanisms.rpdp.report import NOT_COVERED, PersonalizedAccountant
+from privsilo.mechanisms.events import PersonalizedPoissonGaussianEvent, PersonalizedTrainingPlan, TrainingSchedule
+from privsilo.mechanisms.rpdp import epsilon
+from privsilo.mechanisms.rpdp.budget_accountant import RealisedCost
+from privsilo.mechanisms.rpdp.personalized_accountant import NOT_COVERED, PersonalizedAccountant
 
 SCHEDULE = TrainingSchedule(noise_multiplier=1.0, rounds=5, local_steps=4, client_rate=0.5)
 SETTINGS = dict(SCHEDULE.as_settings(), delta=1e-3)
@@ -75,8 +75,8 @@ def test_realised_cost_equals_the_accountant_and_validates():
 
 def test_a_round_reuses_the_cached_curves_and_third_party_figures(monkeypatch):
     """After start-up, reporting a round evaluates no accountant: new rates only, once per distinct rate."""
-    import mechanisms.rpdp.budget_accountant
-    import mechanisms.rpdp.report
+    import privsilo.mechanisms.rpdp.budget_accountant
+    import privsilo.mechanisms.rpdp.personalized_accountant
 
     calls = []
 
@@ -89,8 +89,8 @@ def test_a_round_reuses_the_cached_curves_and_third_party_figures(monkeypatch):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    counted(mechanisms.rpdp.budget_accountant, "rdp_curve")
-    counted(mechanisms.rpdp.report, "epsilon")
+    counted(privsilo.mechanisms.rpdp.budget_accountant, "rdp_curve")
+    counted(privsilo.mechanisms.rpdp.personalized_accountant, "epsilon")
     rng = np.random.default_rng(4)
     plans = _plans(rng)
     accountant = PersonalizedAccountant(delta=1e-3)

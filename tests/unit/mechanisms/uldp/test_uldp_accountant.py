@@ -7,9 +7,9 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from mechanisms.accounting import DEFAULT_ORDERS
-from mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
-from mechanisms.uldp import UldpAccountant, epsilon, group_epsilon, group_exponent
+from privsilo.mechanisms.accounting import DEFAULT_ORDERS
+from privsilo.mechanisms.events import GroupDpSgdEvent, UserLevelGaussianEvent
+from privsilo.mechanisms.uldp import UldpAccountant, epsilon, group_epsilon, group_exponent
 
 
 def test_one_round_without_sampling_matches_the_papers_code() -> None:

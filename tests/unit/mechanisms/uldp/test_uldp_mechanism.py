@@ -9,16 +9,16 @@ import pytest
 import torch
 from scipy import stats
 
-from mechanisms.base import LocalTraining, SiloContext, model_to_vector
-from mechanisms.uldp.mechanism import UldpServer
-from mechanisms.uldp.params import UldpParams
-from mechanisms.uldp.silo import GroupSilo, PerUserSilo, build_silo
-from mechanisms.uldp.training import train_users, train_users_loop
-from mechanisms.uldp.weights import UserSample, round_robin_quota, user_weights
-from simulator.data.users import allocate_users
-from simulator.errors import ScenarioError
-from simulator.models import build_model
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.base import LocalTraining, SiloContext, model_to_vector
+from privsilo.mechanisms.uldp.mechanism import UldpServer
+from privsilo.mechanisms.uldp.params import UldpParams
+from privsilo.mechanisms.uldp.silo import GroupSilo, PerUserSilo, build_silo
+from privsilo.mechanisms.uldp.training import train_users, train_users_loop
+from privsilo.mechanisms.uldp.weights import UserSample, round_robin_quota, user_weights
+from privsilo.simulator.data.users import allocate_users
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 NUM_SILOS, NUM_USERS, NUM_RECORDS, FEATURES = 3, 12, 90, 6

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.cli import main
-from simulator.data import DATASETS, load_dataset
-from simulator.data.users import SILOS_EXPONENT, allocate_users, users_generator
-from simulator.engine import Federation
-from simulator.errors import DataUnavailableError, ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.simulator.cli import main
+from privsilo.simulator.data import DATASETS, load_dataset
+from privsilo.simulator.data.users import SILOS_EXPONENT, allocate_users, users_generator
+from privsilo.simulator.engine import Federation
+from privsilo.simulator.errors import DataUnavailableError, ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 
@@ -69,7 +69,7 @@ def test_users_without_records_are_dropped_and_counted() -> None:
 
 
 def test_users_stream_is_not_one_of_the_engines_streams() -> None:
-    from simulator.data.silos import run_seeds
+    from privsilo.simulator.data.silos import run_seeds
 
     seeds = run_seeds(0, 5)
     users = users_generator(0).random(4)

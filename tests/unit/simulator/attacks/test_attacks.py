@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.base import load_vector_into_model, model_to_vector
-from simulator.silo import Silo, SiloSpec
-from simulator.attacks.capture import check_sampled, check_target, ground_truth, make_observation
-from simulator.attacks.inversion import InversionSettings, _split_like, accumulated_gradient, invert, label_from_gradient, snapshot_steps
-from simulator.attacks.metrics import pair, psnr, score_images, ssim, summarise_scores, to_pixels
-from simulator.attacks.observation import Observation
-from simulator.attacks.runner import invert_task
-from simulator.data import load_dataset
-from simulator.data.datasets import MNIST_MEAN, MNIST_STD
-from simulator.errors import ScenarioError
-from simulator.messages import RoundBroadcast
-from simulator.models import build_model
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.base import load_vector_into_model, model_to_vector
+from privsilo.simulator.engine.silo import Silo, SiloSpec
+from privsilo.simulator.attacks.capture import check_sampled, check_target, ground_truth, make_observation
+from privsilo.simulator.attacks.inversion import InversionSettings, _split_like, accumulated_gradient, invert, label_from_gradient, snapshot_steps
+from privsilo.simulator.attacks.metrics import pair, psnr, score_images, ssim, summarise_scores, to_pixels
+from privsilo.simulator.attacks.observation import Observation
+from privsilo.simulator.attacks.runner import invert_task
+from privsilo.simulator.data import load_dataset
+from privsilo.simulator.data.datasets import MNIST_MEAN, MNIST_STD
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.engine.messages import RoundBroadcast
+from privsilo.simulator.models.builtin import build_model
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 DIGITS = load_dataset("digits", seed=0)
@@ -182,7 +182,7 @@ def test_attack_batch_size_is_the_runs_batch_and_runtime_checks_name_the_field()
 
 
 def test_max_records_per_silo_keeps_the_first_records_of_each_silo():
-    from simulator.data.silos import partition_silos
+    from privsilo.simulator.data.silos import partition_silos
 
     capped = validate_scenario(small_scenario(data={"dataset": "digits", "silos": 3, "max_records_per_silo": 2}))
     full = [part[:2] for part in partition_silos(validate_scenario(small_scenario()), DIGITS, np.random.default_rng(0))]

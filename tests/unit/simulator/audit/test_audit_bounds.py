@@ -1,4 +1,4 @@
-"""simulator.audit.bounds: Steinke et al.'s one-run lower bound (soundness on mechanisms of known epsilon, power,
+"""privsilo.simulator.audit.bounds: Steinke et al.'s one-run lower bound (soundness on mechanisms of known epsilon, power,
 the p-value against independent evaluations, its ceiling), Mahloujifar et al.'s f-DP (Gaussian-DP) one-run bound
 (soundness on mechanisms of known mu, against the counting bound) and Andrew et al.'s Gaussian-fit estimate
 (against the analytic Gaussian mechanism and numerical integration)."""
@@ -13,7 +13,7 @@ import pytest
 from scipy import integrate, optimize, stats
 from scipy.special import expit, logit
 
-from simulator.audit.bounds import (
+from privsilo.simulator.audit.bounds import (
     EPSILON_TOLERANCE,
     AuditBound,
     GaussianEstimate,
@@ -28,7 +28,7 @@ from simulator.audit.bounds import (
     p_value,
     reachable_correct,
 )
-from mechanisms.pld import gaussian_epsilon
+from privsilo.mechanisms.pld import gaussian_epsilon
 
 SEED = 20240524
 CANARIES = 1000

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
-from mechanisms.per_sample import noisy_sgd_steps
-from simulator.audit.bounds import fdp_one_run_audit, one_run_audit
-from simulator.audit.canaries import CanaryPlan
-from simulator.audit.directions import DIRAC_STREAM, _initial_model, dirac_coordinates, gradient_activity, quietest_coordinates
-from simulator.cli import main
-from simulator.data.sources import scenario_dataset
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
+from privsilo.mechanisms.per_sample import noisy_sgd_steps
+from privsilo.simulator.audit.bounds import fdp_one_run_audit, one_run_audit
+from privsilo.simulator.audit.canaries import CanaryPlan
+from privsilo.simulator.audit.directions import DIRAC_STREAM, _initial_model, dirac_coordinates, gradient_activity, quietest_coordinates
+from privsilo.simulator.cli import main
+from privsilo.simulator.data.sources import scenario_dataset
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, SEED, _assert_sound, _gaussian_epsilon
 

@@ -1,4 +1,4 @@
-"""``audit.score: likelihood`` (simulator.audit.scores): the per-round log-likelihood ratio against the mixture
+"""``audit.score: likelihood`` (privsilo.simulator.audit.scores): the per-round log-likelihood ratio against the mixture
 densities, the soundness of both bounds on the subsampled Gaussian mechanism it models (known epsilon: dp_accounting's
 pessimistic PLD), its power where the canary is absent from most rounds, the uploads it reads, and bad input."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator.audit.bounds import one_run_audit
-from simulator.audit.canaries import CanaryPlan
-from simulator.audit.scores import UploadLikelihoods, round_log_likelihood_ratio
-from simulator.cli import main
-from simulator.scenario import validate_scenario
+from privsilo.simulator.audit.bounds import one_run_audit
+from privsilo.simulator.audit.canaries import CanaryPlan
+from privsilo.simulator.audit.scores import UploadLikelihoods, round_log_likelihood_ratio
+from privsilo.simulator.cli import main
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, _assert_sound
 
@@ -43,7 +43,7 @@ def test_round_ratio_is_the_mixture_density_over_the_null(rate, steps, sigma):
 
 
 def test_counting_bound_on_likelihood_scores_is_sound_on_the_subsampled_gaussian():
-    from mechanisms.pld import pld_epsilon
+    from privsilo.mechanisms.pld import pld_epsilon
 
     true_epsilon = pld_epsilon(((RATE, SIGMA, STEPS * ROUNDS),), DELTA)  # an upper bound on the exact epsilon
     rng = np.random.default_rng([SEED, 1])
@@ -57,8 +57,8 @@ def test_counting_bound_on_likelihood_scores_is_sound_on_the_subsampled_gaussian
 
 def test_both_bounds_on_likelihood_scores_are_sound_on_the_gaussian_mechanism():
     # rate 1: every canary drawn in each of 2 x 2 steps at sigma 2, exactly mu-GDP with mu = sqrt(4) / 2 = 1
-    from mechanisms.pld import gaussian_epsilon
-    from simulator.audit.bounds import fdp_one_run_audit
+    from privsilo.mechanisms.pld import gaussian_epsilon
+    from privsilo.simulator.audit.bounds import fdp_one_run_audit
 
     rng = np.random.default_rng([SEED, 3])
     counting, gdp = [], []
@@ -86,8 +86,8 @@ def test_likelihood_beats_the_sum_where_the_canary_is_absent_from_most_rounds():
 
 
 def test_upload_likelihoods_normalise_each_round_to_draws_of_the_canary():
-    from mechanisms.canaries import canary_directions
-    from protocols.plain import PlainVector
+    from privsilo.mechanisms.canaries import canary_directions
+    from privsilo.protocols.plain import PlainVector
 
     scenario = validate_scenario(small_scenario(
         data={"dataset": "digits", "partition": "iid", "silos": 3}, model={"name": "mlp_128"},

@@ -1,4 +1,4 @@
-"""mechanisms.gdp: a mechanism's own Gaussian-DP parameter mu*, checked against an independent computation (the
+"""privsilo.mechanisms.gdp: a mechanism's own Gaussian-DP parameter mu*, checked against an independent computation (the
 vertices of the trade-off curve read off the same PLD, and randomized response's curve), larger than the mu of its
 (epsilon, delta) claim for the mechanisms the audit covers; and an audit of such a mechanism, whose f-DP bound may
 exceed the claim's mu, never reports a figure above the claim under an epsilon name."""
@@ -12,11 +12,11 @@ import pytest
 from scipy import stats
 from scipy.special import expit, ndtri
 
-from mechanisms.gdp import GDP_DELTA_SLACK, pure_dp_mu, schedule_mu
-from mechanisms.pld import composed_pld, gaussian_epsilon, pld_epsilon
-from simulator.audit.bounds import fdp_one_run_audit, one_run_audit
-from simulator.audit.report import AuditGroup, AuditReport
-from simulator.scenario import validate_scenario
+from privsilo.mechanisms.gdp import GDP_DELTA_SLACK, pure_dp_mu, schedule_mu
+from privsilo.mechanisms.pld import composed_pld, gaussian_epsilon, pld_epsilon
+from privsilo.simulator.audit.bounds import fdp_one_run_audit, one_run_audit
+from privsilo.simulator.audit.results import AuditGroup, AuditReport
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 DELTA = 1e-5

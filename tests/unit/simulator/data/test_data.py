@@ -7,10 +7,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from simulator.data import DATASETS, PARTITIONS, default_data_dir, load_dataset, partition_indices
-from simulator.data.datasets import FASHION_MNIST_DIR, read_idx
-from simulator.data.heart_disease import CENTERS, read_center_records
-from simulator.errors import DataUnavailableError
+from privsilo.simulator.data import DATASETS, PARTITIONS, default_data_dir, load_dataset, partition_indices
+from privsilo.simulator.data.datasets import FASHION_MNIST_DIR, read_idx
+from privsilo.simulator.data.heart_disease import CENTERS, read_center_records
+from privsilo.simulator.errors import DataUnavailableError
 
 # --- Heart Disease ------------------------------------------------------------------------------------------
 
@@ -210,7 +210,7 @@ def test_unknown_scheme_lists_the_known_ones():
 
 @pytest.mark.timeout(120)
 def test_fetch_heart_disease_then_load(tmp_path):
-    from simulator.data.fetch import fetch_dataset
+    from privsilo.simulator.data.fetch import fetch_dataset
 
     try:
         directory = fetch_dataset("heart_disease", dest=tmp_path / "heart", progress=False)
@@ -230,7 +230,7 @@ def _idx_gz(array: np.ndarray) -> bytes:
 
 
 def test_fetch_mnist_from_a_local_copy_of_the_idx_files(tmp_path):
-    from simulator.data.fetch import MNIST_IDX_FILES, MNIST_SHAPES, fetch_dataset
+    from privsilo.simulator.data.fetch import MNIST_IDX_FILES, MNIST_SHAPES, fetch_dataset
 
     rng = np.random.default_rng(0)
     arrays = {key: rng.integers(0, 10 if key.startswith("y") else 256, size=shape, dtype=np.uint8)
@@ -247,7 +247,7 @@ def test_fetch_mnist_from_a_local_copy_of_the_idx_files(tmp_path):
 
 
 def test_fetch_mnist_from_a_wrong_copy_writes_nothing(tmp_path):
-    from simulator.data.fetch import MNIST_IDX_FILES, fetch_dataset
+    from privsilo.simulator.data.fetch import MNIST_IDX_FILES, fetch_dataset
 
     source = tmp_path / "copy"
     source.mkdir()
@@ -265,7 +265,7 @@ def test_fetch_mnist_from_a_wrong_copy_writes_nothing(tmp_path):
 def test_a_cached_split_equals_the_computed_one(name, tmp_path, monkeypatch):
     import dataclasses
 
-    from simulator.data import datasets
+    from privsilo.simulator.data import datasets
 
     monkeypatch.setenv("PRIVSILO_DATA_DIR", str(tmp_path))
     computed = load_dataset(name, seed=2)  # splits with scikit-learn and writes the cache

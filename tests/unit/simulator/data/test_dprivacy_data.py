@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.cli import main
-from simulator.data import load_dataset
-from simulator.data.rotations import rotate_silos
-from simulator.data.synthetic import THETAS, load_synthetic_linear
-from simulator.personalisation.evaluation import cluster_recovery, contingency
+from privsilo.simulator.cli import main
+from privsilo.simulator.data import load_dataset
+from privsilo.simulator.data.rotations import rotate_silos
+from privsilo.simulator.data.synthetic import THETAS, load_synthetic_linear
+from privsilo.simulator.personalisation.evaluation import cluster_recovery, contingency
 
 
 def _scenario(tmp_path, **changes):
@@ -108,7 +108,7 @@ def test_cluster_recovery_is_the_purity_of_the_hypotheses():
 
 
 def test_grid_table_averages_the_seeds_of_each_combination(tmp_path):
-    from simulator.experiments.personalised_report import GridRun, markdown_table, table_rows
+    from privsilo.simulator.experiments.personalised_report import GridRun, markdown_table, table_rows
 
     def finished(name, seed, *, accuracy, recovery, leak_max):
         directory = tmp_path / name

@@ -7,24 +7,24 @@ import sys
 
 import pytest
 
-import simulator.engine as engine
-from protocols.plain import PlainSumServer, PlainSumSilo
-from protocols.private_weighting.server import PwpServer
-from protocols.secure_aggregation import SecAggServer, SecAggSilo
-from simulator.engine.protocol_setup import secure_aggregation_settings, server_protocol, silo_protocol
-from simulator.scenario import validate_scenario
+import privsilo.simulator.engine as engine
+from privsilo.protocols.plain import PlainSumServer, PlainSumSilo
+from privsilo.protocols.private_weighting.server import PwpServer
+from privsilo.protocols.secure_aggregation import SecAggServer, SecAggSilo
+from privsilo.simulator.engine.protocol_setup import secure_aggregation_settings, server_protocol, silo_protocol
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario, tiny_silo_context
 
-# What modules, tests, benchmarks and docs import from simulator.engine.
+# What modules, tests, benchmarks and docs import from privsilo.simulator.engine.
 IMPORTED_FROM_THE_PACKAGE = {"run", "Federation", "RoundRecord", "RunResult", "record_events", "resolve_scenario",
                              "resources_needed", "pack_silos", "initial_state"}
 
 
 def test_the_package_names_what_is_imported_from_it_and_each_is_its_module_object() -> None:
-    from simulator.engine import accounting, api, federation, placement
-    from simulator.results import RoundRecord, RunResult
-    from simulator.scenario import resolve_scenario
+    from privsilo.simulator.engine import accounting, api, federation, placement
+    from privsilo.simulator.engine.results import RoundRecord, RunResult
+    from privsilo.simulator.scenario import resolve_scenario
 
     assert IMPORTED_FROM_THE_PACKAGE <= set(engine.__all__) <= set(dir(engine))
     assert engine.run is api.run and engine.Federation is federation.Federation
@@ -36,10 +36,10 @@ def test_the_package_names_what_is_imported_from_it_and_each_is_its_module_objec
 
 
 def test_importing_the_protocol_setup_imports_neither_the_federation_nor_ray() -> None:
-    """A silo worker's process imports simulator.silo, which imports protocol_setup: the package's names load on
-    first use, so that import does not pull in Federation (and with it simulator.actors, half-imported then)."""
-    code = ("import sys, simulator.engine.protocol_setup\n"
-            "print(sorted(m for m in ('ray', 'simulator.engine.federation', 'simulator.actors') if m in sys.modules))")
+    """A silo worker's process imports privsilo.simulator.engine.silo, which imports protocol_setup: the package's names load on
+    first use, so that import does not pull in Federation (and with it privsilo.simulator.engine.actors, half-imported then)."""
+    code = ("import sys, privsilo.simulator.engine.protocol_setup\n"
+            "print(sorted(m for m in ('ray', 'privsilo.simulator.engine.federation', 'privsilo.simulator.engine.actors') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from protocols.fixed_point import FixedPointCodec
-from protocols.secure_aggregation import SecAggServer, SecAggSilo
-from simulator.data.silos import run_seeds, silo_records
-from simulator.data.sources import scenario_dataset
-from simulator.scenario import validate_scenario
-from simulator.silo import Silo, SiloSpec
+from privsilo.protocols.fixed_point import FixedPointCodec
+from privsilo.protocols.secure_aggregation import SecAggServer, SecAggSilo
+from privsilo.simulator.data.silos import run_seeds, silo_records
+from privsilo.simulator.data.sources import scenario_dataset
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.engine.silo import Silo, SiloSpec
 from tests.support.scenarios import small_scenario
 
 ULDP = {"name": "uldp", "noise_multiplier": 5.0, "max_grad_norm": 0.5, "delta": 1e-5}

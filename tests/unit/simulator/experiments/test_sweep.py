@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.cli import EXIT_USER_ERROR, main
-from simulator.errors import ScenarioError
-from simulator.experiments.rpdp_plots import budget_vs_spent_figure
-from simulator.experiments.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
+from privsilo.simulator.cli import EXIT_USER_ERROR, main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.experiments.rpdp_plots import budget_vs_spent_figure
+from privsilo.simulator.experiments.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
@@ -116,7 +116,7 @@ def test_bad_seed_option_exits_2(tmp_path, capsys, option, field):
 
 
 def test_seed_option_lists_seeds(tmp_path):
-    from simulator.cli import _seed_option
+    from privsilo.simulator.cli import _seed_option
 
     assert _seed_option("3") == 3 and _seed_option("1,2") == [1, 2] and _seed_option("2,") == [2]
     assert load_grid(_write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from simulator.data import DATASETS
-from simulator.models import MODELS, build_model, model_supports, parameter_count
+from privsilo.simulator.data import DATASETS
+from privsilo.simulator.models.builtin import MODELS, build_model, model_supports, parameter_count
 
 TABULAR = [(13,), (30,)]
 IMAGES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]

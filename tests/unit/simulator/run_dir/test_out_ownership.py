@@ -1,6 +1,6 @@
 """privsilo deletes only what it wrote: every command that writes refuses, before any work, an ``--out`` that
 holds files privsilo did not write (``--overwrite`` included), and ``--overwrite`` replaces only privsilo's own
-output directories (:mod:`simulator.output_dirs`)."""
+output directories (:mod:`privsilo.simulator.run_dir.ownership`)."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,12 @@ import json
 import pytest
 import yaml
 
-from simulator.checkpoint import write_checkpoint
-from simulator.cli import EXIT_USER_ERROR, main
-from simulator.engine import run
-from simulator.errors import ScenarioError
-from simulator.output_dirs import MARKER_FILE, claim, kind_of, write_marker
-from simulator.reports import atomic_directory
+from privsilo.simulator.run_dir.checkpoint import write_checkpoint
+from privsilo.simulator.cli import EXIT_USER_ERROR, main
+from privsilo.simulator.engine import run
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.run_dir.ownership import MARKER_FILE, claim, kind_of, write_marker
+from privsilo.simulator.run_dir.writers import atomic_directory
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from simulator.engine import RoundRecord, RunResult
-from simulator.messages import RoundReport
-from simulator.reports import atomic_directory, metrics_figure, privacy_line, write_run
-from simulator.scenario import validate_scenario
+from privsilo.simulator.engine import RoundRecord, RunResult
+from privsilo.simulator.engine.messages import RoundReport
+from privsilo.simulator.run_dir.writers import atomic_directory, metrics_figure, privacy_line, write_run
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 

@@ -1,4 +1,4 @@
-"""Which of a user's code a cluster run ships with its Ray job (``ray.ship_code``; simulator.shipping): the module
+"""Which of a user's code a cluster run ships with its Ray job (``ray.ship_code``; privsilo.simulator.runtime.shipping): the module
 file or top-level package of the model and dataset, per mode; never privsilo's own, a built-in, or a script's
 ``__main__``. The upload itself and leased workers importing it are in tests/system/test_cluster_runs.py."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
-from simulator.shipping import code_to_ship
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
+from privsilo.simulator.runtime.shipping import code_to_ship
 from tests.support.scenarios import small_scenario
 
 MODEL = '''

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.cli import main
-from simulator.errors import ScenarioError
-from simulator.experiments.sweep import load_grid
-from simulator.scenario import validate_scenario
+from privsilo.simulator.cli import main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.experiments.sweep import load_grid
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 

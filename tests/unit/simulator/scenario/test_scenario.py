@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from simulator.cli import main
-from simulator.errors import ScenarioError
-from simulator.scenario import apply_overrides, validate_scenario
+from privsilo.simulator.cli import main
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.scenario import apply_overrides, validate_scenario
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
 
@@ -156,7 +156,7 @@ def test_min_participants_defaults_to_two_with_secure_aggregation_and_is_checked
 
 
 def test_registry_names_match_the_mechanism_classes():
-    from mechanisms.registry import MECHANISM_NAMES, mechanism_class
+    from privsilo.mechanisms.registry import MECHANISM_NAMES, mechanism_class
 
     assert MECHANISM_NAMES == ("dp_fedavg", "dp_sgd", "dprivacy", "none", "pldp", "rpdp", "uldp")
     for name in MECHANISM_NAMES:

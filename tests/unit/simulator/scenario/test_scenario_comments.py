@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from markdown.extensions.toc import slugify
 
-from mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
-from mechanisms.registry import mechanism_class
-from mechanisms.uldp import epsilon as uldp_epsilon
-from simulator.scenario import load_scenario_file
+from privsilo.mechanisms.events import EuclideanLaplaceEvent, PoissonGaussianEvent
+from privsilo.mechanisms.registry import mechanism_class
+from privsilo.mechanisms.uldp import epsilon as uldp_epsilon
+from privsilo.simulator.scenario import load_scenario_file
 from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"
@@ -106,7 +106,7 @@ def test_dp_sgd_audit_claims(sigma: float, digits: int) -> None:
 @pytest.mark.parametrize("name", ["dp_fedavg/central.yaml", "dp_fedavg/adaptive.yaml", "audits/dp_fedavg_digits.yaml"])
 def test_dp_fedavg_epsilons(name: str) -> None:
     """Client-level: every round counted at q = client_rate (the third party's figure) and at q = 1 (the server's)."""
-    from mechanisms.accounting import schedule_epsilon
+    from privsilo.mechanisms.accounting import schedule_epsilon
 
     raw = load_scenario_file(SCENARIOS / name)
     mechanism, fed = raw["mechanism"], raw["federation"]
@@ -119,8 +119,8 @@ def test_dp_fedavg_epsilons(name: str) -> None:
 def test_dp_fedavg_distributed_epsilon() -> None:
     """Kairouz et al.'s Proposition 14 over the shipped rounds, every silo uploading; and the central noise
     multiplier the comment compares with gives the same epsilon (two decimals)."""
-    from mechanisms.accounting import schedule_epsilon
-    from mechanisms.events import DistributedDiscreteGaussianEvent
+    from privsilo.mechanisms.accounting import schedule_epsilon
+    from privsilo.mechanisms.events import DistributedDiscreteGaussianEvent
 
     name = "dp_fedavg/distributed.yaml"
     raw = load_scenario_file(SCENARIOS / name)
@@ -170,9 +170,9 @@ def test_uldp_audit_at_sigma_one_half() -> None:
 ])
 def test_dprivacy_leakage(name: str, per_participation: str, per_client: str | None) -> None:
     """2n/nu per participation under the clipped calibration (eps = n / (nu R), leakage eps 2R)."""
-    from mechanisms.dprivacy.accountant import participation_leakage
-    from simulator.data import DATASETS
-    from simulator.models import parameter_count
+    from privsilo.mechanisms.dprivacy.accountant import participation_leakage
+    from privsilo.simulator.data import DATASETS
+    from privsilo.simulator.models.builtin import parameter_count
 
     raw = load_scenario_file(SCENARIOS / name)
     mechanism, info = raw["mechanism"], DATASETS[raw["data"]["dataset"]]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.errors import ScenarioError
-from simulator.experiments.sweep import load_grid
-from simulator.scenario import resolve_scenario, validate_scenario, with_attack_block, with_changes
+from privsilo.simulator.errors import ScenarioError
+from privsilo.simulator.experiments.sweep import load_grid
+from privsilo.simulator.scenario import resolve_scenario, validate_scenario, with_attack_block, with_changes
 from tests.support.paths import REPO
 
 SCENARIOS = REPO / "scenarios"

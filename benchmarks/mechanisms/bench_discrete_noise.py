@@ -1,0 +1,45 @@
+"""A silo's noise for one upload: the exact discrete Gaussian (``privsilo.mechanisms.discrete_noise``) against the
+continuous Gaussian draw the mechanisms make today (``torch.randn`` in float64 on a CPU generator, as ULDP's silos),
+and numpy's ``standard_normal`` beside it, for ``--length`` coordinates at each ``--sigmas``. Timed in turns in this
+process; medians over ``--repeats`` and the ratios exact / torch.
+
+    python -m benchmarks.mechanisms.bench_discrete_noise [--length 1000000] [--sigmas 1 10 1000] [--repeats 15]
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from privsilo.mechanisms.discrete_noise import discrete_gaussian
+from privsilo.protocols.crypto_random import CryptoRandom
+from benchmarks.support.timing import median_seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=1_000_000)
+    parser.add_argument("--sigmas", type=float, nargs="+", default=[1.0, 10.0, 1000.0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    generator, rng, crypto = torch.Generator().manual_seed(0), np.random.default_rng(0), CryptoRandom()
+    for sigma in args.sigmas:
+        times = median_seconds(
+            {
+                "torch.randn float64": lambda: torch.randn(args.length, generator=generator, dtype=torch.float64).mul_(sigma),
+                "numpy standard_normal": lambda: rng.standard_normal(args.length) * sigma,
+                "exact discrete (numpy words)": lambda: discrete_gaussian(sigma, args.length, rng),
+                "exact discrete (os.urandom)": lambda: discrete_gaussian(sigma, args.length, crypto),
+            },
+            repeats=args.repeats,
+        )
+        base = times["torch.randn float64"]
+        print(f"sigma {sigma:g}, {args.length:,} coordinates (median of {args.repeats}):")
+        for name, seconds in times.items():
+            print(f"  {name:30s} {1e3 * seconds:8.1f} ms   {seconds / base:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+"""A run's output directory: ownership, naming and lock, lifecycle, checkpoints, the files written,
+tracking."""
