@@ -12,15 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from privsilo.simulator.engine import Federation
-from privsilo.simulator.engine import run as run_scenario
-from privsilo.simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
-from privsilo.simulator.user_code import describe, is_import_string
-
 if TYPE_CHECKING:
+    from privsilo.simulator.engine import Federation
+    from privsilo.simulator.engine import run as run_scenario
     from privsilo.simulator.engine.results import RunResult
+    from privsilo.simulator.scenario import Scenario
 
 __all__ = ["Federation", "run", "run_scenario"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Federation`` and ``run_scenario``, imported when first asked for: importing ``privsilo`` (which every
+    ``privsilo.mechanisms`` or ``privsilo.protocols`` import does first) loads neither Ray nor torch."""
+    if name in ("Federation", "run_scenario"):
+        from privsilo.simulator import engine
+
+        return engine.Federation if name == "Federation" else engine.run
+    raise AttributeError(f"module 'privsilo' has no attribute {name!r}")
 
 
 def run(
@@ -47,6 +55,9 @@ def run(
     ``data.dataset``. ``log``: trackers that also receive the metrics, as ``privsilo run --log`` (``"tensorboard"``,
     written under ``out_dir``). Returns the run's [`RunResult`][privsilo.simulator.engine.results.RunResult].
     """
+    from privsilo.simulator.engine import run as run_scenario
+    from privsilo.simulator.scenario import Scenario, apply_overrides, load_scenario_file, validate_scenario
+
     raw = scenario.explicit_dict() if isinstance(scenario, Scenario) else (
         load_scenario_file(scenario) if isinstance(scenario, (str, Path)) else dict(scenario))
     raw = apply_overrides(raw, list(overrides or []))
@@ -63,5 +74,7 @@ def run(
 def _label(source: Any, kind: str) -> str:
     """The name a run records for a model or dataset given as an object: ``module:qualname`` where that is a
     valid import string, else ``user:<kind>``."""
+    from privsilo.simulator.user_code import describe, is_import_string
+
     name = describe(source) if callable(source) else ""
     return name if is_import_string(name) else f"user:{kind}"

@@ -10,16 +10,17 @@ leased actor always runs the code of the run that leases it.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 
 if TYPE_CHECKING:
     from privsilo.simulator.scenario import Scenario
 
 ShipCode = Literal["auto", "always", "never"]
-PRIVSILO_PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")  # on every node already, as privsilo
+PRIVSILO_PACKAGES = ("privsilo", "privsilo.simulator", "privsilo.mechanisms", "privsilo.protocols")  # on every node
 
 
 def code_to_ship(scenarios: Iterable[Scenario]) -> tuple[str, ...]:
@@ -63,13 +64,26 @@ def _top_level_source(module_name: str) -> Path | None:
     here, and Python's own."""
     root = module_name.split(".")[0]
     module = sys.modules.get(root)
-    if module is None or root in PRIVSILO_PACKAGES or root == "__main__" or root in sys.stdlib_module_names:
+    if module is None or root == "privsilo" or root == "__main__" or root in sys.stdlib_module_names:
         return None
     directories = list(getattr(module, "__path__", ()))  # a package (a namespace package: its first directory)
     if directories:
         return Path(directories[0]).resolve()
     file = getattr(module, "__file__", None)
     return Path(file).resolve() if file else None
+
+
+def privsilo_sources() -> Iterator[tuple[str, Path]]:
+    """Every source file of privsilo's packages as this interpreter imports them (from a checkout's folders or an
+    installed ``privsilo``), in a fixed order, each with a name that does not depend on where it is installed."""
+    top = importlib.util.find_spec("privsilo")
+    if top is not None and top.origin:
+        yield "privsilo/__init__.py", Path(top.origin)
+    for package in PRIVSILO_PACKAGES[1:]:
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(root).rglob("*.py")):
+                yield f"{package}/{path.relative_to(root)}", path
 
 
 def runtime_env(sources: tuple[str, ...]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from tests.support.paths import REPO
 
 def test_pure_layers_do_not_import_ray():
     code = (
-        "import sys, importlib, pkgutil, mechanisms, protocols\n"
+        "import sys, importlib, pkgutil\nfrom privsilo import mechanisms, protocols\n"
         "for pkg in (mechanisms, protocols):\n"
         "    for mod in pkgutil.iter_modules(pkg.__path__):\n"
         "        importlib.import_module(f'{pkg.__name__}.{mod.name}')\n"

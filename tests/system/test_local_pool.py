@@ -251,9 +251,10 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
     # the owner, running another copy of privsilo (edited): the pool's workers would run the pool's code, so the
     # command neither joins the pool nor hands itself to the pool's ready driver
     copy = tmp_path / "copy"
-    for package in ("simulator", "mechanisms", "protocols", "privsilo"):
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    with (copy / "simulator" / "silo.py").open("a") as edited:
+    shutil.copytree(REPO / "privsilo", copy / "privsilo", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("simulator", "mechanisms", "protocols"):  # laid out as the wheel installs them
+        shutil.copytree(REPO / package, copy / "privsilo" / package, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "privsilo" / "simulator" / "engine" / "silo.py").open("a") as edited:
         edited.write("\nEDITED = True\n")
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(federation={"rounds": 1, "client_rate": 1.0, "local_steps": 2,
@@ -263,7 +264,7 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
                                 env={**os.environ, "PYTHONPATH": str(copy)})
     assert other_code.returncode == 0, other_code.stderr[-3000:]
     assert other_code.stdout.splitlines()[0] == (f"privsilo: the local pool runs privsilo from {REPO}, this command "
-                                                 f"from {copy}; it starts Ray of its own")
+                                                 f"from {copy / 'privsilo'}; it starts Ray of its own")
     assert privsilo("pool", "status").stdout.splitlines()[1:] == status[1:]  # still no actor in the pool
 
 

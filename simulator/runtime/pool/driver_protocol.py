@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from privsilo.simulator.runtime.shipping import privsilo_sources
+
 SWITCH_VARIABLE = "PRIVSILO_READY_DRIVER"
 SOCKET_NAME = "ready-driver.sock"
 LOG_NAME = "local-pool.log"  # the pool's log, where the driver's output goes
-PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
 PRELOADED = ("torch", "ray", "numpy", "scipy", "matplotlib", "opacus", "yaml")  # imported before any caller comes
 IMPORT_TIME_VARIABLES = (  # read when torch, numpy, Ray or Python start: a driver started with others would differ
     "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "LANG", "LC_ALL", "LC_CTYPE", "OMP_NUM_THREADS",
@@ -61,12 +62,9 @@ def fingerprint() -> str:
     for name in PRELOADED:
         spec = importlib.util.find_spec(name)
         digest.update(f"{name}={spec.origin if spec else None}\0".encode())
-    for package in PACKAGES:
-        spec = importlib.util.find_spec(package)
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            for source in sorted(Path(root).rglob("*.py")):
-                stat = source.stat()
-                digest.update(f"{source}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    for _, source in privsilo_sources():
+        stat = source.stat()
+        digest.update(f"{source}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()
 
 

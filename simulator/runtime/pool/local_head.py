@@ -51,7 +51,7 @@ REACH_TIMEOUT_S = 5.0
 WATCH_EVERY_S = 0.5  # how often a command on the pool checks that the pool's supervisor is still there
 EXIT_POOL_LOST = 1
 LAST_WORDS: list[Callable[[int], None]] = []  # run before a command whose pool stopped ends (the ready driver's)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # the checkout (or install) privsilo's folders are in
 
 
 def state_dir() -> Path:

@@ -28,12 +28,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from privsilo.simulator.errors import PrivsiloError
 from privsilo.simulator.run_dir.invocation import privsilo_version
 from privsilo.simulator.runtime.pool.lease import POOL, ActorShape, WorkerPool, say_waiting, start_actor
+from privsilo.simulator.runtime.shipping import privsilo_sources
 
 if TYPE_CHECKING:
     from privsilo.simulator.scenario import RayConfig
@@ -43,7 +43,6 @@ REGISTRY_NAME = "pool-registry-v3"  # the suffix changes with the registry's met
 CHECK_EVERY_S = 2.0  # how often the registry looks for expired idle actors and ended jobs
 STOP_WAIT_S = 30.0
 TURN_POLL_S = 0.5  # how often a lease waiting for its turn asks again
-PACKAGES = ("simulator", "mechanisms", "protocols", "privsilo")
 
 
 def job_code_version() -> str:
@@ -57,11 +56,9 @@ def job_code_version() -> str:
 
 def code_version() -> str:
     """privsilo's version and a digest of the source files of its packages, as the actors would import them."""
-    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in privsilo_sources():
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{privsilo_version()}+{digest.hexdigest()[:12]}"
 
 
