@@ -1,5 +1,5 @@
 """privsilo.run takes log as the command line does (the messages themselves, without Ray:
-tests/unit/simulator/scenario/test_messages.py)."""
+tests/unit/simulator/scenario/test_scenario_messages.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ from torch import nn
 import privsilo
 from privsilo.simulator.errors import ScenarioError
 from tests.support.scenarios import small_scenario
-from tests.unit.simulator.scenario.test_messages import _tabular
+from tests.unit.simulator.scenario.test_scenario_messages import _tabular
 
 
 def _tabular_mlp(*, feature_shape, num_classes):
