@@ -40,7 +40,8 @@ def harary(n: int, degree: int) -> Graph:
     return {p: frozenset(harary_positions(p, n=n, degree=degree)) for p in range(n)}
 
 
-def connected(nodes: frozenset[int], graph: Graph) -> bool:
+def reaches_all(nodes: frozenset[int] | set[int], graph: Graph | dict[int, set[int]]) -> bool:
+    """A plain breadth-first search, apart from the protocol's own: whether ``nodes`` induce a connected subgraph."""
     if not nodes:
         return True
     start = min(nodes)
@@ -75,7 +76,7 @@ class Setting:
     def acceptable(self, claim: frozenset[int], silo: int) -> bool:
         """``silo._check_claim``: it is in the claim, at most ``d`` missing, the graph connects the rest."""
         if claim not in self._claims_ok:
-            self._claims_ok[claim] = len(self.silos - claim) <= self.dropped and connected(claim, self.graph)
+            self._claims_ok[claim] = len(self.silos - claim) <= self.dropped and reaches_all(claim, self.graph)
         return silo in claim and self._claims_ok[claim]
 
 

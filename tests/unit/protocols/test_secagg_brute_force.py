@@ -32,19 +32,7 @@ from privsilo.protocols.secure_aggregation.parameters import (
     failure_bounds,
     hypergeometric_tail,
 )
-
-
-def reaches_all(nodes: set[int], neighbours: dict[int, set[int]]) -> bool:
-    """A plain breadth-first search: whether ``nodes`` induce a connected subgraph."""
-    if not nodes:
-        return True
-    start = min(nodes)
-    seen, frontier = {start}, [start]
-    while frontier:
-        for peer in neighbours[frontier.pop()] & nodes - seen:
-            seen.add(peer)
-            frontier.append(peer)
-    return seen == nodes
+from tests.support.secagg_adversary import reaches_all
 
 
 def _exposes(victim: int, corrupt: set[int], neighbours: dict[int, set[int]], threshold: int, dropped: int) -> bool:
