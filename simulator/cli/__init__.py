@@ -14,7 +14,6 @@ resume), :mod:`~privsilo.simulator.cli.attack_audit`, :mod:`~privsilo.simulator.
 :mod:`~privsilo.simulator.cli.validate`, :mod:`~privsilo.simulator.cli.listing`, :mod:`~privsilo.simulator.cli.data` and
 :mod:`~privsilo.simulator.cli.pool` (pool start/status/stop, and the cluster a command joins).
 """
-from privsilo.simulator.cli.experiments import _seed_option  # what tests/unit/simulator/experiments/test_sweep.py checks
 from privsilo.simulator.cli.main import COMMANDS, EXIT_USER_ERROR, POOL_COMMANDS, entry_point, execute, main
 from privsilo.simulator.errors import EXIT_INTERRUPTED
 

@@ -30,17 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(resume, help="change a key that may differ on resume: ray.*, checkpoint.* (repeatable)")
     _add_ray_options(resume)
 
-    attack = commands.add_parser("attack", help="run a scenario's gradient-inversion attack (attack: block) and score it")
-    attack.add_argument("scenario", type=Path, help="scenario YAML file (its attack: block; defaults where absent)")
-    _add_output_options(attack, default="runs/<scenario name>_attack/<UTC time>")
-    _add_overrides(attack, help="override a scenario key (repeatable)")
-    _add_ray_options(attack)
-
-    audit = commands.add_parser("audit", help="audit a scenario's privacy with canaries (audit: block): an empirical lower bound on epsilon")
-    audit.add_argument("scenario", type=Path, help="scenario YAML file (its audit: block; defaults where absent)")
-    _add_output_options(audit, default="runs/<scenario name>_audit/<UTC time>")
-    _add_overrides(audit, help="override a scenario key (repeatable)")
-    _add_ray_options(audit)
+    for name, does in (("attack", "run a scenario's gradient-inversion attack (attack: block) and score it"),
+                       ("audit", "audit a scenario's privacy with canaries (audit: block): an empirical lower bound on epsilon")):
+        command = commands.add_parser(name, help=does)
+        command.add_argument("scenario", type=Path, help=f"scenario YAML file (its {name}: block; defaults where absent)")
+        _add_output_options(command, default=f"runs/<scenario name>_{name}/<UTC time>")
+        _add_overrides(command, help="override a scenario key (repeatable)")
+        _add_ray_options(command)
 
     sweep = commands.add_parser("sweep", help="run a grid of scenarios x seeds and tabulate mean/std accuracy")
     sweep.add_argument("grid", type=Path, help="grid YAML file (base scenario, seeds, axes)")

@@ -116,7 +116,7 @@ def test_bad_seed_option_exits_2(tmp_path, capsys, option, field):
 
 
 def test_seed_option_lists_seeds(tmp_path):
-    from privsilo.simulator.cli import _seed_option
+    from privsilo.simulator.cli.experiments import _seed_option
 
     assert _seed_option("3") == 3 and _seed_option("1,2") == [1, 2] and _seed_option("2,") == [2]
     assert load_grid(_write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)
