@@ -23,7 +23,7 @@ _HOME = {
     "Federation": "federation", "initial_state": "federation",
     "pack_silos": "placement", "resources_needed": "placement",
     "record_events": "accounting",
-    "RoundRecord": "rounds", "RunResult": "rounds", "resolve_scenario": "api",
+    "RoundRecord": "results", "RunResult": "results", "resolve_scenario": "api",
 }
 
 __all__ = sorted(_HOME)
