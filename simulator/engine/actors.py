@@ -28,10 +28,16 @@ from privsilo.simulator.scenario import Scenario
 from privsilo.simulator.engine.secure_rng import os_entropy_generator
 from privsilo.simulator.engine.silo import Silo, SiloSpec, deterministic_kernels
 from privsilo.simulator.engine.snapshots import dump_by_reference
+from privsilo.simulator.engine.task_errors import root_cause
 
 
 SERVER_STATE = ("state", "rng", "plan_rng", "mechanism", "protocol", "optimizer")
 CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
+
+
+class WorkerRestarted(Exception):
+    """A silo worker was asked about silos it does not host: its process died while idle (between rounds, e.g.
+    with its node) and Ray restarted it empty. The round treats it as a crash of that worker."""
 
 
 def sample_participants(
@@ -107,7 +113,10 @@ class WorkerCalls:
             except ray.exceptions.RayActorError:
                 self._drop(w)
             except ray.exceptions.RayTaskError as exc:
-                failure = failure or exc
+                if isinstance(root_cause(exc), WorkerRestarted):
+                    self._drop(w)
+                else:
+                    failure = failure or exc
         if failure is not None:
             raise failure
         merged = {silo: reply for batch in replies.values() for silo, reply in batch.items()}
@@ -215,6 +224,12 @@ class SiloWorker:
         blobs = ray.get(self.vault.get.remote(tuple(self.silos)))
         self.silos = {silo_id: silo.restored(blobs[silo_id]) for silo_id, silo in self.silos.items()}
 
+    def _check_hosted(self, silo_ids: Any) -> None:
+        """Raise ``WorkerRestarted`` if this worker lacks any of the named silos (it restarted since it hosted them)."""
+        missing = sorted(set(silo_ids) - set(self.silos))
+        if missing:
+            raise WorkerRestarted(f"silos {missing} are not hosted here: the worker process was restarted")
+
     def _crash_if_due(self, silo_ids: tuple[int, ...], *, round_index: int, at: str) -> None:
         """Injected crash: the whole worker process exits at once, as a crash would (every hosted silo is lost)."""
         if self.crashes.due(silo_ids, round_index=round_index, at=at):
@@ -245,6 +260,7 @@ class SiloWorker:
     def round_reply(self, stage: Any, inbound: Mapping[int, Any], *, round_index: int, first: bool) -> dict[int, Any]:
         """The named hosted silos' replies to one of the protocol's per-round stages (``inbound``: what the server
         relayed to each; ``first``: the round's first stage, where a ``setup`` crash happens)."""
+        self._check_hosted(inbound)
         if first:
             self._crash_if_due(tuple(inbound), round_index=round_index, at="setup")
         return {silo_id: _or_refusal(self.silos[silo_id].protocol.round_reply, stage, message, round_index=round_index)
@@ -254,6 +270,7 @@ class SiloWorker:
         """Local training of the named hosted silos, one after another; each silo's snapshot goes to the vault
         before any update is returned (``set_up``: the round's protocol stages already ran, else a ``setup``
         crash happens here)."""
+        self._check_hosted(silo_ids)
         round_index = broadcast.round_index
         if not set_up:
             self._crash_if_due(silo_ids, round_index=round_index, at="setup")
@@ -268,6 +285,7 @@ class SiloWorker:
     def finish_round(self, requests: Mapping[int, Any], *, round_index: int) -> dict[int, Any]:
         """After the uploads: the named hosted silos' answers to the protocol's unmasking requests (for the silos
         asked something: a request of ``None`` is nothing to answer); an ``after_upload`` crash happens here."""
+        self._check_hosted(requests)
         self._crash_if_due(tuple(requests), round_index=round_index, at="after_upload")
         return {silo_id: _or_refusal(self.silos[silo_id].protocol.unmask_reply, request, round_index=round_index)
                 for silo_id, request in requests.items() if request is not None}

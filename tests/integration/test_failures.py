@@ -12,9 +12,12 @@ import collections
 import csv
 import functools
 import json
+import os
+import time
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 from privsilo.simulator.run_dir.checkpoint import read_checkpoint
@@ -127,6 +130,40 @@ def test_several_silos_per_worker_crash_together(ray_local, tmp_path):
     worker_silos = next(hosted for hosted in result.packing if 2 in hosted)
     assert result.rounds[1].report.dropped == tuple(sorted(worker_silos)) and len(worker_silos) == 2
     assert all(set(worker_silos) <= set(r.report.events) for r in result.rounds[2:])
+
+
+def _kill_once_idle(silo: int, *, after_rounds: int):
+    """An ``on_round`` that, once ``after_rounds`` rounds ended, kills the process of the worker hosting ``silo``
+    (as a lost node does, between rounds) and returns once Ray has restarted it, empty."""
+    ended = []
+
+    def kill(federation) -> None:
+        ended.append(True)
+        if len(ended) != after_rounds:
+            return
+        worker = federation.workers[next(i for i, hosted in enumerate(federation.packing) if silo in hosted)]
+        def pid() -> int | None:
+            try:
+                return ray.get(worker.__ray_call__.remote(lambda actor: os.getpid()))
+            except ray.exceptions.ActorUnavailableError:  # restarting
+                return None
+
+        first = pid()
+        ray.kill(worker, no_restart=False)
+        while pid() in (first, None):
+            time.sleep(0.05)
+    return kill
+
+
+@pytest.mark.parametrize("protocol", [{"secure_aggregation": False}, {"secure_aggregation": True}])
+def test_a_worker_that_died_between_rounds_drops_its_silos_from_the_next_round_and_comes_back(ray_local, tmp_path, protocol):
+    """The CI failure of session 14 (a ``KeyError`` from the restarted worker): a worker process that dies while
+    idle comes back empty; the next round finds that out, drops its silos as a crash and restores them."""
+    result = run(_scenario(DP_SGD, [], protocol=protocol), checkpoint_dir=tmp_path, on_round=_kill_once_idle(1, after_rounds=2))
+    reports = [record.report for record in result.rounds]
+    assert [r.dropped for r in reports] == [(), (), (1,), ()]
+    assert reports[2].crashed_workers and 1 in reports[3].events and not any(r.abandoned for r in reports)
+    assert result.failures["crashes"] == 1
 
 
 def _uldp(heart_disease_dir, mechanism: dict, crashes: list[dict], *, rounds: int, users: int = 50, **blocks) -> dict:
