@@ -88,6 +88,8 @@ def start_node(where: Path, *, num_cpus: int, num_gpus: int = 0, head: str | Non
         env["HOME"] = str(where / "home")
     if head is not None or joinable:  # conftest's "0" keeps the GCS on 127.0.0.1, where Ray refuses joining nodes
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
+    if joinable:  # the GCS marks a node dead after 3 failed health checks 1 s apart (Ray's default: 5, 3 s apart)
+        env.update(RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3")
     for attempt in range(START_ATTEMPTS):  # a loaded machine can miss Ray's fixed 30 s for the raylet to register
         gcs, client, agent, agent_grpc, metrics, runtime_env_agent, node_manager, object_manager = free_ports(8)
         role = [f"--address={head}"] if head else ["--head", f"--port={gcs}", "--include-dashboard=false",
