@@ -32,3 +32,20 @@ def process_start(pid: int) -> int | None:
     """The start time of a running process ``pid`` (see :func:`parent_and_start`), None if there is none."""
     known = parent_and_start(pid)
     return None if known is None else known[1]
+
+
+def descendants(root: int) -> dict[int, int]:
+    """``{pid: start time}`` of the running processes below ``root`` (this one aside)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            known = parent_and_start(int(entry.name))
+            if known is not None:
+                children.setdefault(known[0], []).append((int(entry.name), known[1]))
+    found, frontier = {}, [root]
+    while frontier:
+        for pid, started in children.get(frontier.pop(), ()):
+            if pid not in found:
+                found[pid] = started
+                frontier.append(pid)
+    return found

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from privsilo.simulator.runtime.processes import parent_and_start, process_start
+from privsilo.simulator.runtime.processes import descendants, process_start
 
 GRACE_SECONDS = 5.0
 SCAN_SECONDS = 2.0  # how often the watchdog notes the driver's descendants
@@ -76,23 +76,6 @@ def session_processes(pattern: re.Pattern[bytes], *, since: int) -> list[int]:
                 found.append(int(entry.name))
         except OSError:  # ended meanwhile
             continue
-    return found
-
-
-def descendants(root: int) -> dict[int, int]:
-    """``{pid: start time}`` of the running processes below ``root`` (this one aside)."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            known = parent_and_start(int(entry.name))
-            if known is not None:
-                children.setdefault(known[0], []).append((int(entry.name), known[1]))
-    found, frontier = {}, [root]
-    while frontier:
-        for pid, started in children.get(frontier.pop(), ()):
-            if pid not in found:
-                found[pid] = started
-                frontier.append(pid)
     return found
 
 

@@ -24,7 +24,7 @@ from privsilo.simulator.engine import run
 from privsilo.simulator.errors import ScenarioError
 from tests.support.outputs import metrics_without_wall_times as _metrics
 from tests.support.paths import REPO
-from tests.support.processes import descendants
+from privsilo.simulator.runtime.processes import descendants
 from tests.support.scenarios import small_scenario
 
 PRIVSILO = [sys.executable, "-m", "privsilo.simulator.cli"]

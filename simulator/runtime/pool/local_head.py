@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from privsilo.simulator.errors import PrivsiloError, ScenarioError
-from privsilo.simulator.runtime.processes import process_start
+from privsilo.simulator.runtime.processes import descendants, process_start
 from privsilo.simulator.runtime.pool.driver_protocol import EXIT_FAILED_TO_START, log_file, socket_path
 
 DEFAULT_IDLE_TIMEOUT_S = 900.0
@@ -362,7 +362,10 @@ def serve(*, idle_timeout: float, num_cpus: int, path: Path) -> str:
         return reason
     finally:
         drivers.stop()
+        head = descendants(os.getpid())
         ray.shutdown()
+        for pid, start in head.items():  # a crashed head's idle workers would wait a minute for it before exiting
+            _signal_if_same(pid, start, signal.SIGKILL)
 
 
 class ReadyDrivers:
