@@ -114,6 +114,7 @@ def test_dp_sgd_bound_is_positive_and_below_the_claim(ray_local, sigma):
     assert "mu*" in report.headline() and "Gaussian-DP at epsilon" not in report.headline()
 
 
+@pytest.mark.slow
 def test_quiet_dirac_canary_records_reach_the_noise_s_own_signal_to_noise_in_the_uploads(ray_local):
     """3,000 quiet Dirac canary records (docs/auditing.md#dirac-canaries) at sigma 1, q = 0.5, 15 steps: a canary
     drawn 7.5 times against noise sqrt(15) is a signal-to-noise of 1.94 (measured 1.92; Gaussian directions 1.74)."""
@@ -147,6 +148,7 @@ def test_uldp_canary_users_bound_is_positive_and_below_the_claim(ray_local):
     assert written["gdp_mu_lower_bound"] < written["gdp_mu_star"]
 
 
+@pytest.mark.slow
 def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_local):
     budgets = {"distribution": "three_levels", "levels": [0.5, 2.0, 8.0], "ratios": [0.34, 0.33, 0.33]}
     report = audit(_audited({"name": "rpdp", "budgets": budgets}, canaries=600))

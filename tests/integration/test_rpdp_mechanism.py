@@ -113,6 +113,7 @@ def test_refuses_infeasible_budgets_when_asked():
         Rpdp(params).silo(_context())
 
 
+@pytest.mark.slow
 def test_rpdp_run_on_heart_disease_respects_every_budget(ray_local, heart_disease_dir):
     """Rates planned for the server's *expected* cost (lambda*T*rho) overspend when a silo takes part more often
     than expected: the budget accountant must stop those records before they exceed their budgets."""
@@ -148,6 +149,7 @@ def test_bad_budgets_name_the_field(budgets, needle):
     assert info.value.field.startswith("mechanism.budgets") and needle in str(info.value)  # e.g. mechanism.budgets.path
 
 
+@pytest.mark.slow
 def test_cli_reports_refusal_in_one_line(ray_local, tmp_path, capsys):
     code = main(["run", str(REPO / "scenarios" / "quickstart.yaml"), "--out", str(tmp_path / "o"), "--no-progress",
                  "--set", "mechanism={name: rpdp, infeasible: refuse, budgets: {distribution: three_levels, levels: [0.001, 1.0, 5.0]}}"])

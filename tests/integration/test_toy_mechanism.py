@@ -22,6 +22,7 @@ def toy():
     registry._LOCATIONS.pop(toy_mechanism.NAME)  # later tests see the shipped registry (messages list its names)
 
 
+@pytest.mark.slow
 def test_a_toy_mechanism_runs_a_round_an_attack_and_an_audit(ray_local, toy):
     from privsilo.simulator.attacks.runner import attack
     from privsilo.simulator.audit.runner import audit

@@ -1,4 +1,4 @@
-"""Silos that misbehave inside real Ray worker processes, for ``tests/integration/test_failures.py``: run as a script, this
+"""Silos that misbehave inside real Ray worker processes, for ``tests/system/test_failures_processes.py``: run as a script, this
 starts its own local Ray whose every worker process first runs :func:`misbehave` (Ray's
 ``worker_process_setup_hook``), which makes silo 1 upload a vector one word short in round 2 and silo 2 seal
 shares for silo 0 that do not authenticate in round 3. It runs the scenarios given as one JSON object (name: scenario) on

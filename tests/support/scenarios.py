@@ -19,6 +19,24 @@ def small_scenario(**blocks) -> dict:
     return scenario
 
 
+DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
+LOCAL_STEPS = 3
+# a crash takes down exactly the silo named (not its worker's other silos), whatever this machine's cores
+ONE_SILO_PER_WORKER = {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1}
+
+
+def faults_scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol: dict | None = None, **blocks) -> dict:
+    """A digits scenario of four silos, one per worker, with the given ``faults.crashes``."""
+    return small_scenario(
+        data={"dataset": "digits", "partition": "iid", "silos": 4},
+        federation={"rounds": rounds, "client_rate": 1.0, "local_steps": LOCAL_STEPS, "batch_size": 32, "lr": 0.1},
+        mechanism=mechanism,
+        protocol=protocol or {"secure_aggregation": False},
+        faults={"crashes": crashes},
+        **{"resources": ONE_SILO_PER_WORKER, **blocks},
+    )
+
+
 def tiny_silo_context(silo_id: int = 1, canaries=None):
     """A silo context without Ray: 40 random 8x8 records, a logistic regression, a seeded generator; ``canaries``
     as an audit would give them (see privsilo.mechanisms.canaries)."""

@@ -1,6 +1,6 @@
 """Faults in real processes: a Ray worker stopped with SIGSTOP becomes a dropout after the round timeout, and silos
 that misbehave inside Ray workers of their own (tests/support/misbehaving_silos.py) drop out of their round (the
-faults injected on the shared session: tests/integration/test_failures.py)."""
+crashes injected on the shared session: tests/system/test_failures_crashes.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +16,7 @@ import pytest
 import ray
 
 from privsilo.simulator.engine import Federation, run
-from tests.integration.test_failures import DP_SGD, _scenario
+from tests.support.scenarios import DP_SGD, faults_scenario as _scenario
 
 
 def test_a_stopped_worker_becomes_a_dropout_after_the_round_timeout_and_rejoins(ray_local):

@@ -22,29 +22,13 @@ import torch
 
 from privsilo.simulator.run_dir.checkpoint import read_checkpoint
 from privsilo.simulator.engine import run
-from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.engine.faults import CRASH_POINTS, crash_plan
 from privsilo.simulator.run_dir.writers import summary
 from privsilo.simulator.scenario import validate_scenario
 from privsilo.simulator.engine.snapshots import load_by_reference
-from tests.support.scenarios import small_scenario
+from tests.support.scenarios import DP_SGD, LOCAL_STEPS, ONE_SILO_PER_WORKER, faults_scenario as _scenario
 
-DP_SGD = {"name": "dp_sgd", "noise_multiplier": 1.0, "max_grad_norm": 1.0, "delta": 1e-5}
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
-# a crash takes down exactly the silo named (not its worker's other silos), whatever this machine's cores
-LOCAL_STEPS = 3
-ONE_SILO_PER_WORKER = {"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}, "silos_per_actor": 1}
-
-
-def _scenario(mechanism: dict, crashes: list[dict], *, rounds: int = 4, protocol: dict | None = None, **blocks) -> dict:
-    return small_scenario(
-        data={"dataset": "digits", "partition": "iid", "silos": 4},
-        federation={"rounds": rounds, "client_rate": 1.0, "local_steps": LOCAL_STEPS, "batch_size": 32, "lr": 0.1},
-        mechanism=mechanism,
-        protocol=protocol or {"secure_aggregation": False},
-        faults={"crashes": crashes},
-        **{"resources": ONE_SILO_PER_WORKER, **blocks},
-    )
 
 
 def _silo_states(checkpoint_dir) -> dict:
@@ -192,15 +176,6 @@ def test_uldp_survives_crashes(ray_local, heart_disease_dir, tmp_path):
     assert summary["failures"]["crashes"] == 2 and "not charged" in summary["privacy"]["under_failure"]
 
 
-def test_random_failures_follow_the_seed():
-    faults = validate_scenario(small_scenario(faults={"silo_failure_rate": 0.3})).faults
-    plans = [crash_plan(faults, seed=seed, num_silos=5, rounds=20).crashes for seed in (0, 0, 1)]
-    assert plans[0] == plans[1] != plans[2]
-    rate = np.mean([len(crash_plan(faults, seed=s, num_silos=5, rounds=20).crashes) / 100 for s in range(20)])
-    assert 0.25 < rate < 0.35
-    assert {at for plan in plans for at in plan.values()} == set(CRASH_POINTS)
-
-
 def test_random_failures_run_to_the_end(ray_local):
     scenario = _scenario(DP_SGD, [], rounds=5)
     scenario["faults"] = {"silo_failure_rate": 0.2}
@@ -213,26 +188,7 @@ def test_random_failures_run_to_the_end(ray_local):
     assert result.failures["crashes"] == result.failures["restarts"] == len(expected) > 0
 
 
-@pytest.mark.parametrize(
-    ("faults", "field"),
-    [
-        ({"crashes": [{"silo": 4, "round": 1, "at": "setup"}]}, "faults.crashes[0].silo"),
-        ({"crashes": [{"silo": 0, "round": 4, "at": "setup"}]}, "faults.crashes[0].round"),
-        ({"crashes": [{"silo": 0, "round": 0, "at": "setup"}]}, "faults.crashes[0].round"),
-        ({"crashes": [{"silo": 0, "round": 1, "at": "later"}]}, "faults.crashes[0].at"),
-        ({"crashes": [{"silo": 0, "round": 1, "at": "setup"}, {"silo": 0, "round": 1, "at": "after_upload"}]}, "faults.crashes[1]"),
-        ({"silo_failure_rate": 1.0}, "faults.silo_failure_rate"),
-        ({"silo_failure_rate": -0.1}, "faults.silo_failure_rate"),
-        ({"crash": []}, "faults"),
-        ({"silo_failure_rate": 0.1, "attack": {}}, "faults"),
-    ],
-)
-def test_bad_faults_name_the_field(faults, field):
-    attack = {"attack": faults.pop("attack")} if "attack" in faults else {}
-    scenario = small_scenario(data={"dataset": "digits", "partition": "iid", "silos": 4}, faults=faults, **attack)
-    with pytest.raises(ScenarioError) as error:
-        validate_scenario(scenario)
-    assert str(error.value).startswith(field)
+
 
 
 @pytest.mark.parametrize(("at", "neighbours", "server"), [
