@@ -129,6 +129,14 @@ def pld_needs_its_smallest_delta(cls: type, accountant: str, info: ValidationInf
     return accountant
 
 
+def keyword_or_count(value: Any, keywords: tuple[str, ...], *, allowed: str) -> Any:
+    """A "before" field validator's check for a setting that is one of ``keywords`` or a whole number >= 1 (not a
+    bool); anything else is refused with "must be " + ``allowed`` (the scenario's and the mechanisms' settings)."""
+    if value in keywords or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"must be {allowed}")
+
+
 @dataclass(frozen=True)
 class LocalTraining:
     """The scenario's ``federation`` block as every silo sees it (rounds T, client rate lambda, local steps tau,

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from privsilo.mechanisms.base import FederationShape, MechanismParams
+from privsilo.mechanisms.base import FederationShape, MechanismParams, keyword_or_count
 from privsilo.mechanisms.pldp.settings import PAPER_BUDGETS, PAPER_RANGES, check_client_count, check_setting, client_value
 from privsilo.mechanisms.pldp.upload import ClientPerturbation
 
@@ -34,9 +34,7 @@ class PldpParams(MechanismParams):
     @field_validator("coordinates", mode="before")
     @classmethod
     def _check_coordinates(cls, value: Any) -> Any:
-        if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            return value
-        raise ValueError("must be 'all' (every coordinate, the paper) or an integer k >= 1 (k sampled coordinates per upload)")
+        return keyword_or_count(value, ("all",), allowed="'all' (every coordinate, the paper) or an integer k >= 1 (k sampled coordinates per upload)")
 
     @field_validator("ranges", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
 
-from privsilo.mechanisms.base import Mechanism, MechanismParams
+from privsilo.mechanisms.base import Mechanism, MechanismParams, keyword_or_count
 from privsilo.mechanisms.registry import mechanism_class
 from privsilo.mechanisms.server_optimizers import DEFAULT_LR, DEFAULT_SETTINGS, SERVER_OPTIMIZERS, ServerOptimizer
 
@@ -189,7 +189,7 @@ class ProtocolConfig(_Block):
     @classmethod
     def _all_auto_or_count(cls, value: Any) -> Any:
         if value is None or value in ("all", "auto") or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
+            return value  # a number outside [1, silos - 1] is refused by the cross-field checks, which name the range
         raise ValueError("must be 'all', 'auto' or a whole number >= 1 of neighbours")
 
     @model_validator(mode="before")
@@ -226,9 +226,7 @@ class ResourcesConfig(_Block):
     @field_validator("silos_per_actor", mode="before")
     @classmethod
     def _whole_number_or_auto(cls, value: Any) -> Any:
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            return value
-        raise ValueError("must be 'auto' or a whole number >= 1 of silos per worker actor")
+        return keyword_or_count(value, ("auto",), allowed="'auto' or a whole number >= 1 of silos per worker actor")
 
 
 class RayConfig(_Block):
