@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from privsilo.simulator.attacks.runner import attack
-from tests.unit.simulator.attacks.test_attacks import dprivacy_scenario
+from tests.support.scenarios import dprivacy_scenario
 
 
 @pytest.mark.parametrize(("nu", "succeeds"), [(1e-3, True), (10.0, False)])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.support.paths import REPO
-from tests.support.scenarios import small_scenario
+from tests.support.scenarios import scenario_file_args, small_scenario
 from privsilo.mechanisms.canaries import CanaryGradients, SiloCanaries, canary_directions
 from privsilo.mechanisms.per_sample import noisy_sgd_steps
 from privsilo.mechanisms.gdp import schedule_mu
@@ -89,7 +89,7 @@ def test_canary_users_are_weighted_as_uldp_weighs_users():
 
 def test_no_noise_and_1000_canary_clients_give_a_bound_of_at_least_3(ray_local, tmp_path):
     assert main(["audit", "--no-progress", "--out", str(tmp_path / "out"), "--set", "model.name=mlp_128", "--set", "audit.canaries=1000",
-                 *_scenario_file(tmp_path, small_scenario(audit={}))]) == 0
+                 *scenario_file_args(tmp_path, small_scenario(audit={}))]) == 0
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert report["empirical_epsilon_lower_bound"] >= 3.0
     assert report["claimed_epsilon"] is None and report["unit"] == "client" and report["canaries"] == 1000
@@ -178,7 +178,7 @@ def test_rpdp_is_audited_per_budget_level_and_no_level_beats_its_budget(ray_loca
     ({"view": "uploads", "unit": "client"}, {"name": "pldp"}, "audit.view"),
 ])
 def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, field):
-    code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
+    code = main(["validate", *scenario_file_args(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and field in err, err
 
@@ -186,7 +186,7 @@ def test_bad_audit_input_exits_2_naming_the_field(tmp_path, capsys, audit_block,
 def test_gradient_canary_records_are_not_limited_by_the_records_input_canaries_are(tmp_path, capsys):
     many = small_scenario(mechanism={"name": "dp_sgd", "sampling_rate": 0.1}, audit={"canaries": 5000})
     assert validate_scenario(many).audit.canaries == 5000  # more than the silos' records
-    assert main(["validate", *_scenario_file(tmp_path, {**many, "audit": {"canaries": 5000, "kind": "input"}})]) == 2
+    assert main(["validate", *scenario_file_args(tmp_path, {**many, "audit": {"canaries": 5000, "kind": "input"}})]) == 2
     assert "one input canary per training record" in capsys.readouterr().err
 
 
@@ -194,7 +194,7 @@ def test_the_uploads_view_is_refused_under_secure_aggregation_and_auto_falls_bac
     from privsilo.simulator.scenario import audit_view
 
     secure = small_scenario(mechanism={"name": "dp_sgd"}, audit={"view": "uploads"}, protocol={"secure_aggregation": True})
-    assert main(["validate", *_scenario_file(tmp_path, secure)]) == 2
+    assert main(["validate", *scenario_file_args(tmp_path, secure)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "audit.view" in line and "secure_aggregation" in line
     assert audit_view(validate_scenario({**secure, "audit": {"view": "auto"}})) == "final_model"
@@ -232,14 +232,6 @@ def test_audit_of_uldp_with_private_weighting_is_refused(tmp_path, capsys):
     users = {"dataset": "digits", "partition": "iid", "silos": 3, "users": {"count": 100}}
     scenario = small_scenario(data=users, mechanism={"name": "uldp", "variant": "avg_w", "weighting": "private"}, audit={},
                               protocol={"secure_aggregation": True})
-    assert main(["validate", *_scenario_file(tmp_path, scenario)]) == 2
+    assert main(["validate", *scenario_file_args(tmp_path, scenario)]) == 2
     assert "mechanism.weighting" in capsys.readouterr().err
-
-
-def _scenario_file(tmp_path, scenario: dict) -> list[str]:
-    import yaml
-
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(scenario))
-    return [str(path)]
 

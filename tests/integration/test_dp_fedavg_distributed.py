@@ -33,7 +33,7 @@ from privsilo.simulator.engine import run
 from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import tiny_silo_context
-from tests.unit.protocols.test_secure_aggregation import federation, run_round
+from tests.support.secagg_rounds import federation, run_round
 
 DELTA = 1e-5
 

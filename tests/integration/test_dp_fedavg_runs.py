@@ -11,8 +11,8 @@ import yaml
 
 from privsilo.simulator.audit.runner import audit
 from privsilo.simulator.engine import run
+from tests.support.dp_fedavg import DELTA, client_level_accountant
 from tests.support.paths import REPO
-from tests.unit.mechanisms.dp_fedavg.test_dp_fedavg import DELTA, _accountant
 
 
 @pytest.mark.parametrize("clipping", [{}, {"clipping": "adaptive", "clipped_count_stddev": 1.0}], ids=["fixed", "adaptive"])
@@ -30,7 +30,7 @@ def test_run_through_ray_reports_the_accountants_epsilon(ray_local, tmp_path, cl
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     privacy = summary["privacy"]
     assert privacy["rounds_accounted"] == 3  # every round held, whoever was sampled
-    assert privacy["epsilon"] == pytest.approx(_accountant(0.5, 1.5, 3).report()["epsilon"], rel=1e-12)
+    assert privacy["epsilon"] == pytest.approx(client_level_accountant(0.5, 1.5, 3).report()["epsilon"], rel=1e-12)
     with open(tmp_path / "out" / "metrics.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 3 and all(row["train_loss"] == "" for row in rows)  # not privatised: never written

@@ -3,7 +3,6 @@
 the result line of a regression run."""
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -17,10 +16,10 @@ import privsilo.simulator.engine
 from privsilo.simulator.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR, main
 from privsilo.simulator.engine import run
 from privsilo.simulator.run_dir.ownership import new_directory
-from tests.support.paths import REPO
-from tests.unit.simulator.experiments.test_sweep import _write_grid
+from tests.support.grids import write_grid
+from tests.support.outputs import assert_tensorboard_equals_metrics, logged_steps
+from tests.support.paths import QUICKSTART, REPO
 
-QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 SYNTHETIC_LINEAR = REPO / "scenarios" / "dprivacy" / "synthetic_linear.yaml"
 STAMP = re.compile(r"\d{8}-\d{6}(-\d+)?")
 
@@ -68,7 +67,7 @@ def test_finished_out_is_refused_without_overwrite_and_tensorboard_matches_metri
     assert summary["invocation"]["argv"] == ["privsilo", *args, "--log", "tensorboard"]
     assert summary["invocation"]["overrides"] == ["federation.rounds=2"]
     assert {"config", "final", "privacy", "randomness", "timing", "placement"} <= set(summary)
-    _assert_tensorboard_equals_metrics(out)
+    assert_tensorboard_equals_metrics(out)
     capsys.readouterr()
 
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
@@ -89,49 +88,13 @@ def test_finished_out_is_refused_without_overwrite_and_tensorboard_matches_metri
     assert (out / "notes.md").read_text() == "mine\n" and (out / "summary.json").is_file()
 
 
-def _assert_tensorboard_equals_metrics(out: Path, *, event_files: int = 1, tensorboard: Path | None = None) -> None:
-    """The scalars in ``tensorboard`` (default ``out/tensorboard``, in ``event_files`` files) are metrics.csv's."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tensorboard = tensorboard or out / "tensorboard"
-    events = list(tensorboard.glob("events.out.tfevents.*"))
-    assert len(events) == event_files
-    accumulator = EventAccumulator(str(tensorboard))
-    accumulator.Reload()
-    with (out / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    expected = {
-        tag: [(int(row["round"]), float(row[tag])) for row in rows if row[tag] not in ("", "nan")]
-        for tag in ("loss", "accuracy", "train_loss", "epsilon", "wall_seconds", "num_participants")
-    }
-    expected = {tag: values for tag, values in expected.items() if values}
-    assert set(accumulator.Tags()["scalars"]) == set(expected)
-    assert "loss" in expected and "accuracy" in expected and len(expected["loss"]) == len(rows)
-    for tag, values in expected.items():
-        logged = [(event.step, event.value) for event in accumulator.Scalars(tag)]
-        assert [step for step, _ in logged] == [step for step, _ in values], tag
-        tolerance = 1e-4 if tag == "wall_seconds" else 0.0  # metrics.csv rounds wall_seconds to 4 decimals
-        for (_, got), (_, want) in zip(logged, values):
-            assert got == pytest.approx(want, rel=1e-6, abs=tolerance), tag
-
-
-def _logged_steps(directory: Path) -> list[int]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    if not directory.is_dir():
-        return []
-    accumulator = EventAccumulator(str(directory))
-    accumulator.Reload()
-    return [event.step for event in accumulator.Scalars("loss")] if "loss" in accumulator.Tags()["scalars"] else []
-
-
 def test_sweep_logs_one_tensorboard_run_per_grid_run(ray_local, tmp_path):
-    grid_path = _write_grid(tmp_path, seeds=[0])  # 2 runs
+    grid_path = write_grid(tmp_path, seeds=[0])  # 2 runs
     assert main(["sweep", str(grid_path), "--out", str(tmp_path / "swept"), "--log", "tensorboard", "--no-progress"]) == 0
     runs = sorted(p.name for p in (tmp_path / "swept" / "tensorboard").iterdir())
     assert len(runs) == 2
     for name in runs:
-        steps = _logged_steps(tmp_path / "swept" / "tensorboard" / name)
+        steps = logged_steps(tmp_path / "swept" / "tensorboard" / name)
         assert steps and steps == list(range(1, len(steps) + 1))
     assert not (tmp_path / "swept.unfinished").exists()
 
@@ -167,7 +130,7 @@ def test_attack_refuses_an_out_holding_a_finished_attack(tmp_path, capsys):
 
 
 def test_interrupted_default_sweep_resumes_and_its_finished_out_is_refused(ray_local, tmp_path, monkeypatch, capsys):
-    grid_path = _write_grid(tmp_path, seeds=[0])  # 2 runs
+    grid_path = write_grid(tmp_path, seeds=[0])  # 2 runs
     monkeypatch.chdir(tmp_path)
     real_run, calls = privsilo.simulator.engine.run, []
 

@@ -11,7 +11,7 @@ import pytest
 
 from privsilo.simulator.engine import run
 from privsilo.simulator.experiments.sweep import load_grid, sweep
-from tests.unit.simulator.experiments.test_sweep import _write_grid
+from tests.support.grids import write_grid
 
 
 OUTPUT_FILES = ("runs.csv", "table.csv", "table.md", "comparison.png", "epsilon_curve.png", "budget_vs_spent.png",
@@ -23,7 +23,7 @@ def whole_sweep(ray_local, tmp_path_factory):
     """The tiny grid swept once (4 runs) for every test that needs a finished sweep: (grid path, result, progress
     bar text)."""
     directory = tmp_path_factory.mktemp("whole_sweep")
-    grid_path = _write_grid(directory)
+    grid_path = write_grid(directory)
     progress = io.StringIO()
     with contextlib.redirect_stderr(progress):
         result = sweep(grid_path, out_dir=directory / "out", progress=True)

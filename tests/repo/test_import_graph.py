@@ -1,5 +1,6 @@
 """The packages' imports point one way: no import circle among the modules of simulator/, mechanisms/ and
-protocols/, and mechanisms/ and protocols/ import no Ray (simulator/ is the only place that does).
+protocols/, and mechanisms/ and protocols/ import no Ray (simulator/ is the only place that does). The tests'
+imports too: no module of a test tier imports from another test module (shared helpers live in tests/support/).
 
 Every ``import`` counts, wherever it stands (module top, inside a function, under ``TYPE_CHECKING``): a lazy
 import is still an arrow from one module to another."""
@@ -11,6 +12,7 @@ from pathlib import Path
 from tests.support.paths import REPO
 
 PACKAGES = ("simulator", "mechanisms", "protocols")
+TEST_TIERS = ("unit", "integration", "system", "repo")
 
 
 def _module_name(path: Path) -> str:
@@ -114,3 +116,34 @@ def test_mechanisms_and_protocols_import_no_ray() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             names = _imported(node, module, path)
             assert not any(name == "ray" or name.startswith("ray.") for name in names), f"{module} imports Ray"
+
+
+def tier_imports(path: Path, source: str | None = None) -> list[str]:
+    """``FILE:LINE: IMPORT`` for every import in the test module at ``path`` (``source``, default its text) that
+    reads a module of a test tier (``tests.unit``, ``tests.integration``, ``tests.system``, ``tests.repo``)."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    tiers = tuple(f"tests.{tier}" for tier in TEST_TIERS)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, filename=str(path))):
+        names = _imported(node, module, path)
+        if any(name == tier or name.startswith(tier + ".") for name in names for tier in tiers):
+            found.append((node.lineno, f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}"))
+    return [line for _, line in sorted(found)]
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    found = [line for tier in TEST_TIERS for path in sorted((REPO / "tests" / tier).rglob("*.py")) for line in tier_imports(path)]
+    assert not found, "test modules import from other test modules (move what they share to tests/support/):\n" + "\n".join(found)
+
+
+def test_the_test_import_check_sees_lazy_and_relative_imports() -> None:
+    path = REPO / "tests" / "unit" / "example" / "test_example.py"
+    source = ("from tests.support.paths import REPO\nimport tests.integration.test_a\nfrom tests import support\n\n\n"
+              "def test_x():\n    from tests.unit.other import helper\n    from .. import test_b\n    from tests import system\n")
+    assert tier_imports(path, source) == [
+        "tests/unit/example/test_example.py:2: import tests.integration.test_a",
+        "tests/unit/example/test_example.py:7: from tests.unit.other import helper",
+        "tests/unit/example/test_example.py:8: from .. import test_b",
+        "tests/unit/example/test_example.py:9: from tests import system",
+    ]

@@ -1,4 +1,5 @@
-"""``privsilo`` commands in fresh interpreters, and the one-line user errors they print."""
+"""``privsilo`` commands in fresh interpreters (run to their end, or started in a session of their own), and the one-line
+user errors they print."""
 from __future__ import annotations
 
 import os
@@ -35,3 +36,12 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith("privsilo: error: ")
     return lines[0]
+
+
+def start_privsilo(scenario_file: Path | None, out: Path, *extra: str, command: tuple[str, ...] = ("run",)) -> subprocess.Popen:
+    """``privsilo run [SCENARIO] --out OUT ...`` (or ``command`` with OUT) in a session of its own."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    scenario = [] if scenario_file is None else [str(scenario_file)]
+    where = ["--out", str(out)] if command == ("run",) else [str(out)]
+    return subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", *command, *scenario, *where, "--no-progress", *extra],
+                            cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,7 +1,10 @@
-"""Free ports on the loopback interface."""
+"""Free ports on the loopback interface, and killing a process session at once."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
+from pathlib import Path
 
 
 def free_ports(count: int) -> list[int]:
@@ -14,3 +17,20 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def kill_session(leader: int) -> None:
+    """SIGKILL the driver and every process of its session (the Ray processes it started) at once."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == leader:
+                    members.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    for pid in members:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -55,3 +55,34 @@ def tiny_silo_context(silo_id: int = 1, canaries=None):
     return SiloContext(silo_id=silo_id, record_ids=np.arange(40), features=features, labels=labels, model=model,
                        training=training, generator=torch.Generator().manual_seed(9), device=torch.device("cpu"),
                        canaries=canaries)
+
+
+def lenet_scenario(**changes):
+    """A validated LeNet scenario on digits, one round of one local step on one record, attacked for 30 iterations;
+    keyword blocks replace the defaults."""
+    from privsilo.simulator.scenario import validate_scenario
+
+    blocks = {"data": {"dataset": "digits", "partition": "iid", "silos": 3}, "model": {"name": "lenet"},
+              "federation": {"rounds": 1, "client_rate": 1.0, "local_steps": 1, "batch_size": 1, "lr": 0.1},
+              "attack": {"iterations": 30}}
+    blocks.update(changes)
+    return validate_scenario(small_scenario(**blocks))
+
+
+def dprivacy_scenario(*, radius, nu=0.0, hypotheses=1, local_epochs=None, silos=3, **changes):
+    """:func:`lenet_scenario` with d-privacy (clipped calibration); with ``local_epochs``, one record per silo."""
+    mechanism = {"name": "dprivacy", "hypotheses": hypotheses, "nu": nu, "calibration": "clipped", "radius": radius}
+    data = {"dataset": "digits", "partition": "iid", "silos": silos}
+    if local_epochs is not None:
+        mechanism["local_epochs"] = local_epochs
+        data["max_records_per_silo"] = 1  # one batch: every epoch is one step on it, which the attacker replays
+    return lenet_scenario(mechanism=mechanism, data=data, **changes)
+
+
+def scenario_file_args(tmp_path, scenario: dict) -> list[str]:
+    """``scenario`` written as YAML to ``tmp_path/scenario.yaml``: the command-line arguments that name it."""
+    import yaml
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return [str(path)]

@@ -22,12 +22,12 @@ import yaml
 from privsilo.simulator.run_dir.checkpoint import CHECKPOINT_FILE, CheckpointError, read_checkpoint, write_checkpoint
 from privsilo.simulator.engine import run
 from privsilo.simulator.errors import ScenarioError
+from tests.support.cli import start_privsilo
 from tests.support.outputs import metrics_without_wall_times as _metrics
-from tests.support.paths import REPO
+from tests.support.processes import kill_session
 from privsilo.simulator.runtime.processes import descendants
 from tests.support.scenarios import small_scenario
 
-PRIVSILO = [sys.executable, "-m", "privsilo.simulator.cli"]
 ROUNDS = 5
 MECHANISMS = {
     "none": ({"name": "none"}, {}),
@@ -85,15 +85,6 @@ def test_resumed_run_equals_the_uninterrupted_one(ray_local, tmp_path, name):
     _same_results(whole, resumed)
 
 
-def _start(scenario_file: Path | None, out: Path, *extra: str, command: tuple[str, ...] = ("run",)) -> subprocess.Popen:
-    """``privsilo run [SCENARIO] --out OUT ...`` (or ``command`` with OUT) in a session of its own."""
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    scenario = [] if scenario_file is None else [str(scenario_file)]
-    where = ["--out", str(out)] if command == ("run",) else [str(out)]
-    return subprocess.Popen([*PRIVSILO, *command, *scenario, *where, "--no-progress", *extra], cwd=REPO,
-                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def _wait_for_checkpoint(process: subprocess.Popen, directory: Path, *, rounds: int) -> None:
     deadline = time.monotonic() + 300
     while True:
@@ -107,23 +98,6 @@ def _wait_for_checkpoint(process: subprocess.Popen, directory: Path, *, rounds: 
         time.sleep(0.02)
 
 
-def _kill_session(leader: int) -> None:
-    """SIGKILL the driver and every process of its session (the Ray processes it started) at once."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getsid(int(entry.name)) == leader:
-                    members.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    for pid in members:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     """The driver and its Ray processes die together at a random round (after a crash, with client sampling);
     ``--resume`` then ends with the same metrics.csv (but wall times) and a bit-identical model.pt."""
@@ -134,16 +108,16 @@ def test_sigkill_then_resume_from_the_command_line(ray_local, tmp_path):
     run(scenario_file, out_dir=tmp_path / "reference")
     kill_after = int(np.random.default_rng().integers(1, 6))  # any round before the last
     killed = tmp_path / "killed"
-    process = _start(scenario_file, killed)
+    process = start_privsilo(scenario_file, killed)
     _wait_for_checkpoint(process, killed, rounds=kill_after)
-    _kill_session(process.pid)
+    kill_session(process.pid)
     process.wait(timeout=60)
     assert not (killed / "summary.json").exists()
     (killed / ".privsilo-output").unlink()  # as a privsilo without markers left it: its checkpoint says whose it is
-    refused = _start(scenario_file, killed)
+    refused = start_privsilo(scenario_file, killed)
     output = refused.communicate(timeout=120)[0]
     assert refused.returncode == 2 and f"privsilo resume {killed}" in output
-    resumed = _start(None, killed, "--resume")  # the scenario comes from the checkpoint
+    resumed = start_privsilo(None, killed, "--resume")  # the scenario comes from the checkpoint
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
     _assert_finished_as(killed, tmp_path / "reference")
@@ -267,7 +241,7 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
     overrides = ["--set", "federation.rounds=8", "--set", "federation.lr=0.05"]
     run(scenario_file, overrides=["federation.rounds=8", "federation.lr=0.05"], out_dir=tmp_path / "reference")
     killed = tmp_path / "killed"
-    process = _start(scenario_file, killed, *overrides)
+    process = start_privsilo(scenario_file, killed, *overrides)
     ray_processes, sessions = {}, set()
     try:
         _wait_for_checkpoint(process, killed, rounds=1)
@@ -288,7 +262,7 @@ def test_driver_sigkill_leaves_no_ray_and_resume_dir_ends_as_the_uninterrupted_r
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
     assert not (killed / "summary.json").exists()
-    resumed = _start(None, killed, command=("resume",))
+    resumed = start_privsilo(None, killed, command=("resume",))
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
     _assert_finished_as(killed, tmp_path / "reference")

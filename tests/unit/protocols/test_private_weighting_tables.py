@@ -10,7 +10,7 @@ from privsilo.protocols.crypto_random import seeded_for_tests
 from privsilo.protocols.paillier import PaillierKeyPair
 from privsilo.protocols.private_weighting.layout import SlotLayout
 from privsilo.protocols.private_weighting.tables import TablePlan, WeightPowers, horner_squarings, plan_tables
-from tests.unit.protocols.test_private_weighting import TEST_P, TEST_Q
+from tests.support.paillier_keys import TEST_P, TEST_Q
 
 LAYOUT = SlotLayout(slot_bits=48, slots=7)  # 336 bits of a 1,024-bit test key
 LENGTH = 17  # three ciphertexts, the last holding 3 values

@@ -28,7 +28,7 @@ from privsilo.protocols.secure_aggregation.parameters import dropped_silos
 from privsilo.protocols.secure_aggregation.sharing import mask_private_key, recover
 from privsilo.protocols.secure_aggregation.signatures import sign, uploaders_message
 from tests.support.secagg_adversary import Setting, Strategy, bound_event, harary, outcome, random_strategy, search
-from tests.unit.protocols.test_secure_aggregation import federation, random_vectors, through_keys
+from tests.support.secagg_rounds import federation, random_vectors, through_keys
 
 
 class OldChecksSilo(SecAggSilo):

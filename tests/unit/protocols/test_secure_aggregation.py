@@ -8,7 +8,6 @@ import dataclasses
 import itertools
 import math
 import pickle
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -61,51 +60,14 @@ from privsilo.protocols.secure_aggregation.sharing import PRIME, mask_private_ke
 from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.scenario import validate_scenario
 from tests.support.scenarios import small_scenario
+from tests.support.secagg_rounds import federation, random_vectors, run_round, through_keys
 
 STEPS = ("ADVERTISE_KEYS", "SHARE_KEYS", "COLLECT_SHARES", "protect", "unmask")
 """Where a silo can vanish: before answering that step (and it sends nothing afterwards)."""
 
 
-@dataclass
-class Round:
-    """One round's outcome: the sum (or the ``RoundAbandoned``), and every message the server received."""
-
-    total: np.ndarray | None
-    abandoned: RoundAbandoned | None
-    uploaders: tuple[int, ...]
-    view: dict[str, dict[int, object]] = field(default_factory=dict)
-
-
-def federation(n: int, *, neighbours="all", threshold=None, seed: int = 0, codec: FixedPointCodec | None = None,
-               **settings):
-    """``n`` silos (deterministic test randomness from ``seed``) and their server; with ``server="may_lie"`` the
-    set-up stages (identity registration) have run."""
-    codec = codec or FixedPointCodec(max_summands=max(n, 2))
-    silos = {
-        i: SecAggSilo(i, codec=codec, neighbours=neighbours, threshold=threshold,
-                      random=seeded_for_tests(1000 * seed + i), **settings)
-        for i in range(n)
-    }
-    server = SecAggServer(codec=codec, neighbours=neighbours, threshold=threshold, **settings)
-    inbound: dict[int, object] = {}
-    for stage in server.setup_stages:
-        inbound = server.relay(stage, {i: silo.setup_reply(stage, inbound.get(i)) for i, silo in silos.items()})
-    return silos, server
-
-
 def advertised_keys(view: dict[str, dict[int, object]]) -> dict[int, tuple[bytes, bytes]]:
     return {i: (a.mask_public_key, a.channel_public_key) for i, a in view["ADVERTISE_KEYS"].items()}
-
-
-def through_keys(silos, server, round_index: int = 0) -> dict[int, NeighbourKeys]:
-    """Round ``round_index`` up to the server's answer to ``ADVERTISE_KEYS`` (with ``COMMIT_KEYS`` first when the
-    silos assume a server that may lie), every silo present."""
-    server.begin_round(round_index=round_index, participants=tuple(sorted(silos)))
-    inbound: dict[int, object] = {}
-    for stage in server.round_stages[:server.round_stages.index(SecAggStage.ADVERTISE_KEYS) + 1]:
-        inbound = dict(server.round_relay(stage, {i: s.round_reply(stage, inbound.get(i), round_index=round_index)
-                                                  for i, s in silos.items()}, round_index=round_index))
-    return inbound
 
 
 def first_round_graph(n: int, *, degree: int | None, seed: int = 0, **settings) -> dict[int, tuple[int, ...]]:
@@ -114,44 +76,6 @@ def first_round_graph(n: int, *, degree: int | None, seed: int = 0, **settings) 
     twins, twin_server = federation(n, seed=seed, **settings)
     through_keys(twins, twin_server)
     return twin_server._round.graph
-
-
-def run_round(silos, server, vectors, *, round_index: int, drops: dict[int, str] | None = None) -> Round:
-    """The engine's round loop (privsilo.protocols.base), with silo ``i`` vanishing before step ``drops[i]``."""
-    drops = drops or {}
-    participants = tuple(sorted(vectors))
-    alive = set(participants)
-    view: dict[str, dict[int, object]] = {}
-
-    def vanish(step: str) -> None:
-        alive.difference_update(i for i, at in drops.items() if at == step)
-
-    try:
-        server.begin_round(round_index=round_index, participants=participants)
-        inbound: dict[int, object] = {}
-        for stage in server.round_stages:
-            vanish(stage.name)
-            replies = {i: silos[i].round_reply(stage, inbound.get(i), round_index=round_index) for i in sorted(alive)}
-            view[stage.name] = replies
-            inbound = dict(server.round_relay(stage, replies, round_index=round_index))
-        vanish("protect")
-        messages = {i: silos[i].protect(vectors[i], round_index=round_index, participants=participants) for i in sorted(alive)}
-        view["protect"] = messages
-        requests = server.unmask_requests(messages, round_index=round_index)
-        vanish("unmask")
-        replies = {i: silos[i].unmask_reply(requests[i], round_index=round_index) for i in requests if i in alive}
-        while requests := server.unmask_follow_up(replies, round_index=round_index):  # the consistency round
-            view["consistency"] = replies
-            replies = {i: silos[i].unmask_reply(requests[i], round_index=round_index) for i in requests if i in alive}
-        view["unmask"] = replies
-        total = server.combine(messages, round_index=round_index, participants=tuple(sorted(messages)), unmasking=replies)
-    except RoundAbandoned as abandoned:
-        return Round(None, abandoned, tuple(sorted(view.get("protect", {}))), view)
-    return Round(total, None, server.summed if isinstance(server, SecAggServer) else tuple(sorted(messages)), view)
-
-
-def random_vectors(n: int, rng: np.random.Generator, length: int = 40) -> dict[int, np.ndarray]:
-    return {i: rng.normal(scale=100.0, size=length) for i in range(n)}
 
 
 def exact_sum(codec: FixedPointCodec, vectors: dict[int, np.ndarray], members) -> np.ndarray:

@@ -16,19 +16,11 @@ from privsilo.mechanisms.events import ClientLevelGaussianEvent
 from privsilo.mechanisms.rdp import DEFAULT_ORDERS
 from privsilo.mechanisms.canaries import SiloCanaries
 from privsilo.mechanisms.dp_fedavg.mechanism import ClipNorm, DpFedAvg
+from tests.support.dp_fedavg import DELTA, client_level_accountant
 from tests.support.paths import REPO
 from tests.support.scenarios import tiny_silo_context
 
-DELTA = 1e-5
 SETTINGS = [(1.0, 1.0, 10), (0.5, 1.0, 30), (0.1, 0.8, 200), (0.01, 1.2, 1000)]  # (q, z, rounds)
-
-
-def _accountant(q: float, z: float, rounds: int, *, accountant: str = "rdp", silos: int = 3) -> ClientLevelAccountant:
-    account = ClientLevelAccountant(delta=DELTA, noise_multiplier=z, accountant=accountant)
-    for round_index in range(rounds):
-        for silo in range(silos):  # every uploading silo reports the round; it counts once
-            account.record(silo, ClientLevelGaussianEvent(round_index=round_index, sampling_rate=q, noise_multiplier=z))
-    return account
 
 
 def _google(q: float, z: float, rounds: int, accountant) -> float:
@@ -42,7 +34,7 @@ def test_rdp_epsilon_against_dp_accounting_and_opacus(q, z, rounds, caplog) -> N
     """Never below dp_accounting's PLD (the tightest of the references), within 2 % of its RDP, equal to Opacus' RDP
     (same orders, same conversion), and equal to dp_accounting's RDP over the integer orders both evaluate exactly."""
     caplog.set_level(logging.ERROR)  # dp_accounting warns where its fractional-order series gives up
-    ours = _accountant(q, z, rounds).report()["epsilon"]
+    ours = client_level_accountant(q, z, rounds).report()["epsilon"]
     opacus = OpacusRdp()
     opacus.history = [(z, q, rounds)]
     assert ours == pytest.approx(opacus.get_epsilon(DELTA), rel=1e-9)
@@ -55,17 +47,17 @@ def test_rdp_epsilon_against_dp_accounting_and_opacus(q, z, rounds, caplog) -> N
 @pytest.mark.parametrize(("q", "z", "rounds"), SETTINGS)
 def test_pld_epsilon_never_below_dp_accounting(q, z, rounds) -> None:
     """At q = 1 ours is the exact Gaussian figure (Balle and Wang 2018), which dp_accounting's grid exceeds by 1e-9."""
-    report = _accountant(q, z, rounds, accountant="pld").report()
+    report = client_level_accountant(q, z, rounds, accountant="pld").report()
     google = _google(q, z, rounds, dp_accounting.pld.PLDAccountant())
     assert google * (1 - (1e-8 if q == 1.0 else 0.0)) <= report["epsilon"] <= google * 1.01
     assert report["epsilon"] == report["epsilon_pld"] <= report["epsilon_rdp"]
 
 
 def test_report_is_client_level_and_gives_the_servers_view() -> None:
-    report = _accountant(0.5, 1.0, 30).report()
+    report = client_level_accountant(0.5, 1.0, 30).report()
     assert report["guarantee"].startswith("client-level") and report["rounds_accounted"] == 30
-    assert report["epsilon_without_sampling"] == pytest.approx(_accountant(1.0, 1.0, 30).report()["epsilon"], rel=1e-12)
-    assert "epsilon_without_sampling" not in _accountant(1.0, 1.0, 30).report()
+    assert report["epsilon_without_sampling"] == pytest.approx(client_level_accountant(1.0, 1.0, 30).report()["epsilon"], rel=1e-12)
+    assert "epsilon_without_sampling" not in client_level_accountant(1.0, 1.0, 30).report()
 
 
 def test_rounds_without_uploads_are_accounted_at_q() -> None:
@@ -77,18 +69,18 @@ def test_rounds_without_uploads_are_accounted_at_q() -> None:
         if round_index % 5 == 0:  # uploads in 4 of the 20 rounds
             account.record(0, ClientLevelGaussianEvent(round_index=round_index, sampling_rate=0.1, noise_multiplier=1.0))
     assert account.report()["rounds_accounted"] == 20
-    assert account.report()["epsilon"] == pytest.approx(_accountant(0.1, 1.0, 20).report()["epsilon"], rel=1e-12)
+    assert account.report()["epsilon"] == pytest.approx(client_level_accountant(0.1, 1.0, 20).report()["epsilon"], rel=1e-12)
     with pytest.raises(ValueError, match="disagree about round 3"):
         account.record(0, ClientLevelGaussianEvent(round_index=3, sampling_rate=0.2, noise_multiplier=1.0))
 
 
 def test_accountant_refuses_disagreeing_silos_and_other_events() -> None:
-    account = _accountant(0.5, 1.0, 1)
+    account = client_level_accountant(0.5, 1.0, 1)
     with pytest.raises(ValueError, match="disagree"):
         account.record(1, ClientLevelGaussianEvent(round_index=0, sampling_rate=0.5, noise_multiplier=2.0))
     with pytest.raises(TypeError):
         account.record(0, object())
-    assert _accountant(1.0, 0.0, 3).report()["epsilon"] is None  # z = 0: no guarantee
+    assert client_level_accountant(1.0, 0.0, 3).report()["epsilon"] is None  # z = 0: no guarantee
 
 
 def test_the_divisor_does_not_depend_on_the_number_of_uploads() -> None:

@@ -25,7 +25,7 @@ from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.engine.messages import RoundBroadcast
 from privsilo.simulator.models.builtin import build_model
 from privsilo.simulator.scenario import validate_scenario
-from tests.support.scenarios import small_scenario
+from tests.support.scenarios import dprivacy_scenario, lenet_scenario, small_scenario
 
 DIGITS = load_dataset("digits", seed=0)
 
@@ -37,14 +37,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def lenet_scenario(**changes):
-    blocks = {"data": {"dataset": "digits", "partition": "iid", "silos": 3}, "model": {"name": "lenet"},
-              "federation": {"rounds": 1, "client_rate": 1.0, "local_steps": 1, "batch_size": 1, "lr": 0.1},
-              "attack": {"iterations": 30}}
-    blocks.update(changes)
-    return validate_scenario(small_scenario(**blocks))
 
 
 def initial_state(scenario, seed=0):
@@ -198,15 +190,6 @@ def test_multi_step_updates_are_modelled_step_by_step():
     scores = score_images(to_pixels(rec.inputs, pixel_scale=(0, 1)), rec.labels, originals=truth.features, original_labels=truth.labels)
     assert min(s.psnr for s in scores) > 30 and all(s.label_correct for s in scores)
     assert math.isfinite(rec.losses[-1])
-
-
-def dprivacy_scenario(*, radius, nu=0.0, hypotheses=1, local_epochs=None, silos=3, **changes):
-    mechanism = {"name": "dprivacy", "hypotheses": hypotheses, "nu": nu, "calibration": "clipped", "radius": radius}
-    data = {"dataset": "digits", "partition": "iid", "silos": silos}
-    if local_epochs is not None:
-        mechanism["local_epochs"] = local_epochs
-        data["max_records_per_silo"] = 1  # one batch: every epoch is one step on it, which the attacker replays
-    return lenet_scenario(mechanism=mechanism, data=data, **changes)
 
 
 def batch_gradient(observation, truth):

@@ -10,7 +10,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
-from scipy import integrate, optimize, stats
+from scipy import integrate, stats
 from scipy.special import expit, logit
 
 from privsilo.simulator.audit.bounds import (
@@ -29,17 +29,9 @@ from privsilo.simulator.audit.bounds import (
     reachable_correct,
 )
 from privsilo.mechanisms.pld import gaussian_epsilon
+from tests.support.audit_soundness import CONFIDENCE, REPEATS, SEED, assert_sound, reference_gaussian_epsilon
 
-SEED = 20240524
 CANARIES = 1000
-CONFIDENCE = 0.95
-REPEATS = 200
-# A sound bound exceeds the true epsilon in each repeat independently with probability <= 1 - CONFIDENCE, so the
-# exceedance count is stochastically below Binomial(REPEATS, 0.05). A test fails only when that count has
-# P[Binomial(200, 0.05) >= count] < 1e-4 (count >= 23): each soundness test's false-failure rate is below 1e-4.
-# Measured with these seeds: 5 and 3 exceedances for randomized response at eps = 1 and 2 (mean bounds 0.81 and
-# 1.72), 0 for the Gaussian mechanism; dropping the Bonferroni correction gives 39 and 26, which the test refuses.
-FALSE_FAILURE_RATE = 1e-4
 
 
 def _randomized_response(rng: np.random.Generator, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
@@ -56,22 +48,6 @@ def _gaussian_mechanism(rng: np.random.Generator, mu: float) -> tuple[np.ndarray
     return included * mu + rng.standard_normal(CANARIES), included
 
 
-def _gaussian_delta(epsilon: float, mu: float) -> float:
-    """Balle and Wang (2018): delta(eps) of the Gaussian mechanism with mu = sensitivity / sigma."""
-    norm = stats.norm
-    return norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2)
-
-
-def _gaussian_epsilon(mu: float, delta: float) -> float:
-    return optimize.brentq(lambda eps: _gaussian_delta(eps, mu) - delta, 0.0, 100.0, xtol=1e-14, rtol=1e-15)
-
-
-def _assert_sound(bounds: list[float], true_epsilon: float) -> None:
-    exceedances = sum(bound > true_epsilon for bound in bounds)
-    tail = stats.binom.sf(exceedances - 1, len(bounds), 1 - CONFIDENCE)
-    assert tail >= FALSE_FAILURE_RATE, f"{exceedances}/{len(bounds)} bounds above the true epsilon {true_epsilon}"
-
-
 # --- soundness and power -------------------------------------------------------------------------------------
 
 
@@ -79,16 +55,16 @@ def _assert_sound(bounds: list[float], true_epsilon: float) -> None:
 def test_randomized_response_bound_is_sound(epsilon):
     rng = np.random.default_rng([SEED, int(epsilon)])
     bounds = [one_run_audit(*_randomized_response(rng, epsilon), 0.0, CONFIDENCE).epsilon for _ in range(REPEATS)]
-    _assert_sound(bounds, epsilon)
+    assert_sound(bounds, epsilon)
     assert np.mean(bounds) > 0.3 * epsilon  # not vacuous either
 
 
 def test_gaussian_mechanism_bound_is_sound():
     mu, delta = 2.0, 1e-5
-    true_epsilon = _gaussian_epsilon(mu, delta)  # 9.997
+    true_epsilon = reference_gaussian_epsilon(mu, delta)  # 9.997
     rng = np.random.default_rng([SEED, 7])
     bounds = [one_run_audit(*_gaussian_mechanism(rng, mu), delta, CONFIDENCE).epsilon for _ in range(REPEATS)]
-    _assert_sound(bounds, true_epsilon)
+    assert_sound(bounds, true_epsilon)
     assert np.mean(bounds) > 1.0
 
 
@@ -201,7 +177,7 @@ def _randomized_response_mu(epsilon: float) -> float:
 def test_gdp_bound_is_sound_on_the_gaussian_mechanism(mu):
     rng = np.random.default_rng([SEED, 17, int(mu)])
     bounds = [fdp_one_run_audit(*_gaussian_mechanism(rng, mu), CONFIDENCE) for _ in range(REPEATS)]
-    _assert_sound([bound.mu for bound in bounds], mu)
+    assert_sound([bound.mu for bound in bounds], mu)
     assert np.mean([bound.mu for bound in bounds]) > 0.4 * mu  # and not vacuous
 
 
@@ -209,7 +185,7 @@ def test_gdp_bound_is_sound_on_the_gaussian_mechanism(mu):
 def test_gdp_bound_is_sound_on_randomized_response(epsilon):
     rng = np.random.default_rng([SEED, 19, int(epsilon)])
     bounds = [fdp_one_run_audit(*_randomized_response(rng, epsilon), CONFIDENCE).mu for _ in range(REPEATS)]
-    _assert_sound(bounds, _randomized_response_mu(epsilon))
+    assert_sound(bounds, _randomized_response_mu(epsilon))
 
 
 def test_gdp_bound_rejects_more_than_the_counting_bound_on_gaussian_scores():
@@ -315,7 +291,7 @@ def test_equal_variances_give_the_gaussian_mechanism(mu, delta):
     estimate = gaussian_fit_estimate(observed, unobserved, delta)
     assert isinstance(estimate, GaussianEstimate)
     assert (estimate.mu_observed, estimate.std_observed) == pytest.approx((0.1 + mu * std, std), rel=1e-12)
-    assert estimate.epsilon == pytest.approx(_gaussian_epsilon(mu, delta), rel=1e-6)
+    assert estimate.epsilon == pytest.approx(reference_gaussian_epsilon(mu, delta), rel=1e-6)
 
 
 def _hockey_stick_by_quadrature(eps: float, mu_p: float, s_p: float, mu_q: float, s_q: float) -> float:
@@ -358,7 +334,7 @@ def test_estimate_is_symmetric_and_location_scale_invariant():
     # variances equal to 1e-9: the quadratic's leading coefficient is tiny, the far root huge, the near one exact
     observed, unobserved = _sample_with(0.05, 0.01 * (1 + 1e-9), 400, rng), _sample_with(0.0, 0.01, 400, rng)
     nearly_equal = gaussian_fit_estimate(observed, unobserved, 1e-5)
-    assert nearly_equal.epsilon == pytest.approx(_gaussian_epsilon(5.0, 1e-5), rel=1e-6)
+    assert nearly_equal.epsilon == pytest.approx(reference_gaussian_epsilon(5.0, 1e-5), rel=1e-6)
 
 
 # --- validation -------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from privsilo.simulator.cli import main
 from privsilo.simulator.data.sources import scenario_dataset
 from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.scenario import validate_scenario
+from tests.support.audit_soundness import CONFIDENCE, REPEATS, SEED, assert_sound, reference_gaussian_epsilon
 from tests.support.scenarios import small_scenario
-from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, SEED, _assert_sound, _gaussian_epsilon
 
 
 def _dirac_scenario(direction: str, canaries: int = 200) -> dict:
@@ -105,10 +105,10 @@ def test_bounds_of_quiet_dirac_canaries_are_sound(mu):
     data = rng.standard_cauchy(3000) * (rng.random(3000) < 0.6)  # heavy-tailed "real" updates, 40 % of coordinates blank
     coordinates = quietest_coordinates(np.abs(data), 1000, rng)
     draws = [_dirac_gaussian_mechanism(rng, data, coordinates, mu) for _ in range(REPEATS)]
-    true_epsilon = _gaussian_epsilon(mu, 1e-5)
-    _assert_sound([one_run_audit(scores, included, 1e-5, CONFIDENCE).epsilon for scores, included in draws], true_epsilon)
+    true_epsilon = reference_gaussian_epsilon(mu, 1e-5)
+    assert_sound([one_run_audit(scores, included, 1e-5, CONFIDENCE).epsilon for scores, included in draws], true_epsilon)
     gdp = [fdp_one_run_audit(scores, included, CONFIDENCE) for scores, included in draws]
-    _assert_sound([bound.mu for bound in gdp], mu)
+    assert_sound([bound.mu for bound in gdp], mu)
     assert np.mean([bound.mu for bound in gdp]) > 0.4 * mu  # and not vacuous
 
 

@@ -12,8 +12,8 @@ from privsilo.simulator.audit.canaries import CanaryPlan
 from privsilo.simulator.audit.scores import UploadLikelihoods, round_log_likelihood_ratio
 from privsilo.simulator.cli import main
 from privsilo.simulator.scenario import validate_scenario
-from tests.support.scenarios import small_scenario
-from tests.unit.simulator.audit.test_audit_bounds import CONFIDENCE, REPEATS, _assert_sound
+from tests.support.audit_soundness import CONFIDENCE, REPEATS, assert_sound
+from tests.support.scenarios import scenario_file_args, small_scenario
 
 SEED = 20261127
 CANARIES = 1000
@@ -51,7 +51,7 @@ def test_counting_bound_on_likelihood_scores_is_sound_on_the_subsampled_gaussian
     for _ in range(REPEATS):
         values, included = _rounds(rng, rate=RATE, steps=STEPS, rounds=ROUNDS, sigma=SIGMA)
         bounds.append(one_run_audit(_likelihood(values, rate=RATE, steps=STEPS, sigma=SIGMA), included, DELTA, CONFIDENCE).epsilon)
-    _assert_sound(bounds, true_epsilon)
+    assert_sound(bounds, true_epsilon)
     assert np.mean(bounds) > 1.0  # and not vacuous (measured: 1.65; one-run bounds are far below subsampled claims)
 
 
@@ -67,8 +67,8 @@ def test_both_bounds_on_likelihood_scores_are_sound_on_the_gaussian_mechanism():
         scores = _likelihood(values, rate=1.0, steps=2, sigma=2.0)
         counting.append(one_run_audit(scores, included, DELTA, CONFIDENCE).epsilon)
         gdp.append(fdp_one_run_audit(scores, included, CONFIDENCE).mu)
-    _assert_sound(counting, gaussian_epsilon(1.0, DELTA))
-    _assert_sound(gdp, 1.0)
+    assert_sound(counting, gaussian_epsilon(1.0, DELTA))
+    assert_sound(gdp, 1.0)
     assert np.mean(gdp) > 0.4
 
 
@@ -122,8 +122,6 @@ def test_upload_likelihoods_normalise_each_round_to_draws_of_the_canary():
     ({"score": "ratio", "view": "uploads"}, {"name": "dp_sgd", "sampling_rate": 0.5}, "likelihood"),
 ])
 def test_bad_score_exits_2_naming_the_field(tmp_path, capsys, audit_block, mechanism, reason):
-    from tests.integration.test_audit import _scenario_file
-
-    code = main(["validate", *_scenario_file(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
+    code = main(["validate", *scenario_file_args(tmp_path, small_scenario(mechanism=mechanism, audit=audit_block))])
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "audit.score" in line and reason in line, line

@@ -12,32 +12,9 @@ from privsilo.simulator.cli import EXIT_USER_ERROR, main
 from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.experiments.rpdp_plots import budget_vs_spent_figure
 from privsilo.simulator.experiments.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
+from tests.support.grids import write_grid
 from tests.support.paths import REPO
 from tests.support.scenarios import small_scenario
-
-def _write_grid(directory: Path, **changes) -> Path:
-    base = small_scenario(
-        data={"dataset": "digits", "partition": "iid", "silos": 2},
-        federation={"rounds": 2, "client_rate": 1.0, "local_steps": 2, "batch_size": 32, "lr": 0.1},
-        mechanism={"name": "rpdp"},
-        # The actor shape of the shipped scenarios (0.5 CPU, the default) that the CLI and grid tests run: the
-        # session's idle actors host these runs too instead of new worker processes (resources only place actors).
-        resources={"server": {"num_cpus": 0.5}, "silo": {"num_cpus": 0.5, "num_gpus": 0}},
-    )
-    (directory / "base.yaml").write_text(yaml.safe_dump(base))
-    grid = {
-        "name": "tiny",
-        "base": "base.yaml",
-        "seeds": [0, 1],
-        "axes": {
-            "mechanism.budgets": {"ThreeLevels": {"distribution": "three_levels"}},
-            "mechanism.variant": {"rPDP": "rpdp", "Minimum": "minimum"},
-        },
-        **changes,
-    }
-    path = directory / "grid.yaml"
-    path.write_text(yaml.safe_dump(grid, sort_keys=False))
-    return path
 
 
 @pytest.mark.parametrize(
@@ -50,7 +27,7 @@ def _write_grid(directory: Path, **changes) -> Path:
     ],
 )
 def test_bad_grid_exits_2_naming_the_field(tmp_path, capsys, changes, field):
-    grid_path = _write_grid(tmp_path, **changes)
+    grid_path = write_grid(tmp_path, **changes)
     with pytest.raises(ScenarioError):  # every combination is checked before Ray starts
         sweep(grid_path, out_dir=tmp_path / "out")
     assert main(["sweep", str(grid_path), "--out", str(tmp_path / "out")]) == EXIT_USER_ERROR
@@ -110,7 +87,7 @@ def test_merge_pools_seeds_of_several_sweeps(tmp_path, capsys):
 
 @pytest.mark.parametrize(("option", "field"), [("x", "--seeds"), ("1,a", "--seeds"), ("0", "--seeds"), ("1,1", "--seeds")])
 def test_bad_seed_option_exits_2(tmp_path, capsys, option, field):
-    grid_path = _write_grid(tmp_path)
+    grid_path = write_grid(tmp_path)
     assert main(["sweep", str(grid_path), "--seeds", option, "--out", str(tmp_path / "out")]) == EXIT_USER_ERROR
     assert capsys.readouterr().err.startswith(f"privsilo: error: {field}: got ")
 
@@ -119,23 +96,23 @@ def test_seed_option_lists_seeds(tmp_path):
     from privsilo.simulator.cli.experiments import _seed_option
 
     assert _seed_option("3") == 3 and _seed_option("1,2") == [1, 2] and _seed_option("2,") == [2]
-    assert load_grid(_write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)
+    assert load_grid(write_grid(tmp_path), seeds=_seed_option("2,")).seeds == (2,)
 
 
 def test_validate_checks_every_combination_of_a_grid(tmp_path, capsys):
-    grid_path = _write_grid(tmp_path)
+    grid_path = write_grid(tmp_path)
     assert main(["validate", str(grid_path)]) == 0
     assert "valid grid (4 runs: 2 combinations x 2 seeds)" in capsys.readouterr().out
     (tmp_path / "one_seed").mkdir()
-    assert main(["validate", str(_write_grid(tmp_path / "one_seed", seeds=[0]))]) == 0
+    assert main(["validate", str(write_grid(tmp_path / "one_seed", seeds=[0]))]) == 0
     assert "valid grid (2 runs: 2 combinations x 1 seed)" in capsys.readouterr().out
-    bad = _write_grid(tmp_path, axes={"mechanism.variant": {"bad": "nope"}})
+    bad = write_grid(tmp_path, axes={"mechanism.variant": {"bad": "nope"}})
     assert main(["validate", str(bad)]) == EXIT_USER_ERROR
     assert capsys.readouterr().err.startswith("privsilo: error: mechanism.variant:")
 
 
 def test_only_keeps_the_selected_labels(tmp_path, capsys):
-    grid_path = _write_grid(tmp_path)
+    grid_path = write_grid(tmp_path)
     grid = load_grid(grid_path, only=["mechanism.variant=Minimum"])
     assert list(grid.combinations()) == [{"mechanism.budgets": "ThreeLevels", "mechanism.variant": "Minimum"}]
     for bad in ("mechanism.variant=Nope", "federation.rounds=1", "mechanism.variant="):
@@ -156,10 +133,10 @@ def test_one_seed_shows_no_spread_and_counts_are_singular(tmp_path):
     assert "±" not in markdown
     assert markdown.splitlines()[0] == "| mechanism.variant | accuracy | seeds | epsilon (mean) |"
     assert "| rPDP | 0.7000 | 1 | 4.9 |" in markdown and "| PrivacyFree | 0.7300 | 1 | - |" in markdown
-    grid = load_grid(_write_grid(tmp_path), seeds=[0], only=["mechanism.variant=rPDP"])
+    grid = load_grid(write_grid(tmp_path), seeds=[0], only=["mechanism.variant=rPDP"])
     result = SweepResult(grid=grid, runs=tuple(runs[:1]), table=tuple(table[:1]), out_dir=tmp_path)
     assert result.headline() == "tiny: 1 run (1 combination x 1 seed)"
-    two = SweepResult(grid=load_grid(_write_grid(tmp_path)), runs=tuple(runs * 2), table=tuple(table), out_dir=tmp_path, resumed=2)
+    two = SweepResult(grid=load_grid(write_grid(tmp_path)), runs=tuple(runs * 2), table=tuple(table), out_dir=tmp_path, resumed=2)
     assert two.headline() == "tiny: 4 runs (2 combinations x 2 seeds; 2 taken from the unfinished sweep's journal)"
 
 
@@ -205,7 +182,7 @@ def test_a_settings_axis_sets_several_keys_and_attacked_runs_get_attack_columns(
 
 
 def test_a_settings_axis_label_must_set_scenario_keys(tmp_path):
-    grid_path = _write_grid(tmp_path, axes={"defence": {"odd": {"colour": "blue"}}})
+    grid_path = write_grid(tmp_path, axes={"defence": {"odd": {"colour": "blue"}}})
     with pytest.raises(ScenarioError) as error:
         load_grid(grid_path)
     assert error.value.field == "grid.axes.defence.odd"

@@ -3,7 +3,6 @@ items as ``[i]`` in every field path, the name alone accepted where a block is c
 own model told what is wrong with it (a module instead of a factory, NaN outputs)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -12,6 +11,7 @@ import privsilo
 from privsilo.simulator.cli import main
 from privsilo.simulator.errors import ScenarioError
 from privsilo.simulator.scenario import validate_scenario
+from tests.support.datasets import tabular
 from tests.support.scenarios import small_scenario
 
 CLASS_NAMES = ("Config", "ServerOptimizer", "Scenario", "instance of")
@@ -77,16 +77,9 @@ def test_the_command_line_says_the_same_in_one_line(tmp_path, capsys):
                      "(YAML reads yes, no, on and off as true and false)"]
 
 
-def _tabular(seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(60, 20)).astype(np.float32)
-    y = rng.integers(0, 3, size=60)
-    return (x[:45], y[:45]), (x[45:], y[45:])
-
-
 def test_a_module_instead_of_a_factory_is_told_to_pass_a_factory():
     with pytest.raises(ScenarioError) as info:
-        privsilo.run(small_scenario(), model=nn.Linear(20, 3), dataset=_tabular)
+        privsilo.run(small_scenario(), model=nn.Linear(20, 3), dataset=tabular)
     assert info.value.field == "model.name" and "pass a factory, not a module" in info.value.allowed
 
 
@@ -101,7 +94,7 @@ class _NanModel(nn.Module):
 
 def test_a_model_with_nan_outputs_is_told_so_not_that_it_is_random():
     with pytest.raises(ScenarioError) as info:
-        privsilo.run(small_scenario(), model=_NanModel, dataset=_tabular)
+        privsilo.run(small_scenario(), model=_NanModel, dataset=tabular)
     assert "NaN" in info.value.allowed and "dropout" not in info.value.allowed, info.value.allowed
 
 
