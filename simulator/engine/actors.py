@@ -225,10 +225,13 @@ class SiloWorker:
         self.silos = {silo_id: silo.restored(blobs[silo_id]) for silo_id, silo in self.silos.items()}
 
     def _check_hosted(self, silo_ids: Any) -> None:
-        """Raise ``WorkerRestarted`` if this worker lacks any of the named silos (it restarted since it hosted them)."""
+        """Raise ``WorkerRestarted`` if this worker hosts nothing (Ray restarted its process since it hosted the named
+        silos); a worker that hosts some silos but not all of those named is a bug, raised as such."""
         missing = sorted(set(silo_ids) - set(self.silos))
-        if missing:
+        if missing and not self.silos:
             raise WorkerRestarted(f"silos {missing} are not hosted here: the worker process was restarted")
+        if missing:
+            raise LookupError(f"silos {missing} were asked of a worker hosting silos {sorted(self.silos)}")
 
     def _crash_if_due(self, silo_ids: tuple[int, ...], *, round_index: int, at: str) -> None:
         """Injected crash: the whole worker process exits at once, as a crash would (every hosted silo is lost)."""
@@ -294,8 +297,13 @@ class SiloWorker:
 class ServerActor:
     """The federation's server: sampling, broadcast, protocol relay, aggregation, evaluation.
 
+    Never restarted (``max_restarts`` 0): its state lives only in it and in the checkpoint, so a lost server ends the
+    run with the resume command instead of coming back empty.
+
     Leased from :mod:`privsilo.simulator.runtime.pool.lease` like the silo workers: ``open`` starts a run, ``release`` ends it.
     """
+
+    max_restarts = 0
 
     def __init__(self, *, num_cpus: float) -> None:
         _limit_threads(num_cpus)

@@ -263,7 +263,10 @@ class Federation:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The server's snapshot and every silo's latest snapshot, for a checkpoint."""
-        server, silos = ray.get([self.server.snapshot.remote(), self.vault.everything.remote()])
+        try:
+            server, silos = ray.get([self.server.snapshot.remote(), self.vault.everything.remote()])
+        except ray.exceptions.RayActorError:
+            raise self.fault("the server actor or the snapshot vault was lost as the checkpoint was taken") from None
         return {"server": server, "silos": silos}
 
     def _lease(self, counts: dict[ActorShape, int]) -> dict[ActorShape, list[Any]]:

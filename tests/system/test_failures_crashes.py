@@ -116,38 +116,65 @@ def test_several_silos_per_worker_crash_together(ray_local, tmp_path):
     assert all(set(worker_silos) <= set(r.report.events) for r in result.rounds[2:])
 
 
-def _kill_once_idle(silo: int, *, after_rounds: int):
-    """An ``on_round`` that, once ``after_rounds`` rounds ended, kills the process of the worker hosting ``silo``
-    (as a lost node does, between rounds) and returns once Ray has restarted it, empty."""
+def _kill_once_idle(pick, *, after_rounds: int):
+    """An ``on_round`` that, once ``after_rounds`` rounds ended, kills the process of the actor ``pick(federation)``
+    (as a lost node does, between rounds) and returns once Ray has restarted it, empty, or marked it dead."""
     ended = []
 
     def kill(federation) -> None:
         ended.append(True)
         if len(ended) != after_rounds:
             return
-        worker = federation.workers[next(i for i, hosted in enumerate(federation.packing) if silo in hosted)]
+        actor = pick(federation)
+
         def pid() -> int | None:
             try:
-                return ray.get(worker.__ray_call__.remote(lambda actor: os.getpid()))
+                return ray.get(actor.__ray_call__.remote(lambda _: os.getpid()))
             except ray.exceptions.ActorUnavailableError:  # restarting
                 return None
+            except ray.exceptions.ActorDiedError:  # not restarted
+                return 0
 
         first = pid()
-        ray.kill(worker, no_restart=False)
+        ray.kill(actor, no_restart=False)
         while pid() in (first, None):
             time.sleep(0.05)
     return kill
 
 
+def _worker_of(silo: int):
+    return lambda federation: federation.workers[next(i for i, hosted in enumerate(federation.packing) if silo in hosted)]
+
+
 @pytest.mark.parametrize("protocol", [{"secure_aggregation": False}, {"secure_aggregation": True}])
 def test_a_worker_that_died_between_rounds_drops_its_silos_from_the_next_round_and_comes_back(ray_local, tmp_path, protocol):
     """The CI failure of session 14 (a ``KeyError`` from the restarted worker): a worker process that dies while
-    idle comes back empty; the next round finds that out, drops its silos as a crash and restores them."""
-    result = run(_scenario(DP_SGD, [], protocol=protocol), checkpoint_dir=tmp_path, on_round=_kill_once_idle(1, after_rounds=2))
+    idle comes back empty; the next round finds that out, drops its silos as a crash (nothing released, nothing
+    charged) and restores them from their snapshots: the run equals one whose silo 1 crashes at the start of round 3."""
+    result = run(_scenario(DP_SGD, [], protocol=protocol), checkpoint_dir=tmp_path / "killed",
+                 on_round=_kill_once_idle(_worker_of(1), after_rounds=2))
     reports = [record.report for record in result.rounds]
     assert [r.dropped for r in reports] == [(), (), (1,), ()]
-    assert reports[2].crashed_workers and 1 in reports[3].events and not any(r.abandoned for r in reports)
-    assert result.failures["crashes"] == 1
+    assert reports[2].crashed_workers and 1 not in reports[2].events and 1 in reports[3].events
+    assert not any(r.abandoned for r in reports) and result.failures["crashes"] == 1
+    crashed = run(_scenario(DP_SGD, [{"silo": 1, "round": 3, "at": "setup"}], protocol=protocol))
+    assert [r.report.dropped for r in crashed.rounds] == [r.dropped for r in reports]
+    assert all(torch.equal(result.model_state[k], crashed.model_state[k]) for k in crashed.model_state)
+    assert result.privacy["epsilon_per_silo"] == crashed.privacy["epsilon_per_silo"]
+
+
+def test_a_server_that_died_ends_the_run_as_a_runtime_fault(ray_local, tmp_path):
+    """The server actor is never restarted (its state lives only in it and in the checkpoint): lost between rounds,
+    the run ends with a RuntimeFault (exit 3 and the resume command at the command line), not with an error from a
+    server that came back empty: at the checkpoint that follows, or without checkpoints at the next round."""
+    from privsilo.simulator.errors import RuntimeFault
+
+    kill_server = _kill_once_idle(lambda federation: federation.server, after_rounds=2)
+    with pytest.raises(RuntimeFault, match="the server actor or the snapshot vault was lost as the checkpoint was taken"):
+        run(_scenario(DP_SGD, []), checkpoint_dir=tmp_path, on_round=kill_server)
+    kill_server = _kill_once_idle(lambda federation: federation.server, after_rounds=2)
+    with pytest.raises(RuntimeFault, match="round 3: the server actor was lost"):
+        run(_scenario(DP_SGD, []), on_round=kill_server)
 
 
 def _uldp(heart_disease_dir, mechanism: dict, crashes: list[dict], *, rounds: int, users: int = 50, **blocks) -> dict:

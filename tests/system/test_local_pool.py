@@ -57,6 +57,14 @@ def wait_until_gone(pids: set[int]) -> None:
         time.sleep(0.5)
 
 
+def _command(pid: int) -> bytes:
+    """A process's command line (empty if it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def ready_driver() -> int:
     """The pid of the local pool's ready driver, once it listens (it loads torch and Ray first)."""
     deadline = time.monotonic() + GONE_WITHIN_S
@@ -128,6 +136,11 @@ def test_a_pool_whose_head_died_is_reported_and_commands_run_on_their_own_ray(st
     assert refused.stderr.startswith("privsilo: error: pool start: a local pool is already running")
     gcs_pid, gcs_start = next(pid_start for name, pid_start in state.processes.items() if name.startswith("gcs_server"))
     assert process_start(gcs_pid) == gcs_start
+    deadline = time.monotonic() + GONE_WITHIN_S  # the head's idle Ray workers: what a crashed head leaves behind
+    while not (workers := {pid for pid in descendants(state.pid) if _command(pid).startswith(b"ray::")}):
+        assert time.monotonic() < deadline, "the pool's head started no Ray worker process"
+        time.sleep(0.2)
+    processes |= workers
     os.kill(gcs_pid, signal.SIGKILL)
     killed = time.monotonic()
     wait_until_gone(processes)  # the supervisor noticed, recorded the crash and stopped the rest

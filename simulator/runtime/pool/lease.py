@@ -42,12 +42,14 @@ class ActorShape:
 def start_actor(shape: ActorShape, **options: Any) -> Any:
     """A new actor of ``shape`` (extra Ray ``options``: e.g. a name and a detached lifetime).
 
-    A process that dies (a crash) is restarted by Ray; the call it was serving fails rather than re-running.
+    A process that dies (a crash) is restarted by Ray, unless its class says ``max_restarts = 0`` (the server); the
+    call it was serving fails rather than re-running.
     """
     import ray
 
+    restarts = getattr(shape.actor_class, "max_restarts", -1)
     remote = ray.remote(shape.actor_class).options(num_cpus=shape.num_cpus, num_gpus=shape.num_gpus,
-                                                   max_restarts=-1, max_task_retries=0, **options)
+                                                   max_restarts=restarts, max_task_retries=0, **options)
     return remote.remote(num_cpus=shape.num_cpus)
 
 

@@ -16,8 +16,8 @@ keeps their actors. The supervisor stops the head and exits when:
 The supervisor also keeps one ready driver (:mod:`privsilo.simulator.cli.ready_driver`): a process with torch, Ray and privsilo
 already imported that runs the next such command for it, then exits and is replaced.
 
-Only the processes recorded in the state file are ever signalled; other Ray instances on the machine are never
-touched.
+Only the processes recorded in the state file, and the supervisor's own descendants when it stops (what
+``ray.shutdown`` left of its head), are ever signalled; other Ray instances on the machine are never touched.
 
 The pool is its owner's alone: the head and its workers listen on 127.0.0.1 only, and every connection to them must
 carry the pool's Ray token (Ray's token authentication, ``RAY_AUTH_MODE=token``), a random 256-bit secret kept in
@@ -166,7 +166,7 @@ def _signal_if_same(pid: int, start: int, signum: int) -> None:
     if process_start(pid) == start:
         try:
             os.kill(pid, signum)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):  # gone, or a descendant that changed its user
             pass
 
 
