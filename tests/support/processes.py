@@ -1,4 +1,4 @@
-"""Free ports on the loopback interface, and killing a process session at once."""
+"""Free ports on the loopback interface, processes' command lines, and killing a process session at once."""
 from __future__ import annotations
 
 import os
@@ -17,6 +17,14 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def command_line(pid: int) -> bytes:
+    """A process's command line as /proc gives it (NUL-separated), empty if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def kill_session(leader: int) -> None:

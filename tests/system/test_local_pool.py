@@ -34,6 +34,7 @@ from privsilo.simulator.runtime.processes import descendants, process_start
 from tests.support import cli
 from tests.support.outputs import metrics_without_wall_times
 from tests.support.paths import REPO
+from tests.support.processes import command_line
 from tests.support.scenarios import small_scenario
 
 OTHER_USER = "privsilo-test-other"
@@ -55,14 +56,6 @@ def wait_until_gone(pids: set[int]) -> None:
     while alive := {pid for pid in pids if process_start(pid) is not None}:
         assert time.monotonic() < deadline, f"still running {GONE_WITHIN_S} s after the pool stopped: {sorted(alive)}"
         time.sleep(0.5)
-
-
-def _command(pid: int) -> bytes:
-    """A process's command line (empty if it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def ready_driver() -> int:
@@ -137,7 +130,7 @@ def test_a_pool_whose_head_died_is_reported_and_commands_run_on_their_own_ray(st
     gcs_pid, gcs_start = next(pid_start for name, pid_start in state.processes.items() if name.startswith("gcs_server"))
     assert process_start(gcs_pid) == gcs_start
     deadline = time.monotonic() + GONE_WITHIN_S  # the head's idle Ray workers: what a crashed head leaves behind
-    while not (workers := {pid for pid in descendants(state.pid) if _command(pid).startswith(b"ray::")}):
+    while not (workers := {pid for pid in descendants(state.pid) if command_line(pid).startswith(b"ray::")}):
         assert time.monotonic() < deadline, "the pool's head started no Ray worker process"
         time.sleep(0.2)
     processes |= workers

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.processes import command_line
 
 LEFT_BOUND_S = 45  # the watchdog's 5 s grace, its scans, and a loaded machine
 
@@ -49,7 +50,7 @@ def test_a_driver_killed_while_its_ray_starts_leaves_no_process_behind(tmp_path,
     seen: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 300
-        while not any(b"gcs_server" in _command(pid) for pid in seen) and driver.poll() is None and time.monotonic() < deadline:
+        while not any(b"gcs_server" in command_line(pid) for pid in seen) and driver.poll() is None and time.monotonic() < deadline:
             seen.update(_below(driver.pid))
             time.sleep(0.02)
         assert driver.poll() is None, "the driver ended before its Ray started"
@@ -67,7 +68,7 @@ def test_a_driver_killed_while_its_ray_starts_leaves_no_process_behind(tmp_path,
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert not left, {pid: _command(pid) for pid in left}
+        assert not left, {pid: command_line(pid) for pid in left}
     finally:
         driver.kill()
         leftovers = [pid for pid, started in seen.items() if process_start(pid) == started]
@@ -76,11 +77,3 @@ def test_a_driver_killed_while_its_ray_starts_leaves_no_process_behind(tmp_path,
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-def _command(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return file.read()
-    except OSError:
-        return b""

@@ -24,7 +24,7 @@ from privsilo.simulator.engine import run
 from privsilo.simulator.errors import ScenarioError
 from tests.support.cli import start_privsilo
 from tests.support.outputs import metrics_without_wall_times as _metrics
-from tests.support.processes import kill_session
+from tests.support.processes import command_line, kill_session
 from privsilo.simulator.runtime.processes import descendants
 from tests.support.scenarios import small_scenario
 
@@ -211,13 +211,7 @@ SESSION = re.compile(rb"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
 
 def _descendants(root: int) -> dict[int, bytes]:
     """``{pid: command line}`` of every process below ``root`` (those that still have one)."""
-    found = {}
-    for pid in descendants(root):
-        try:
-            found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes()
-        except OSError:
-            continue
-    return found
+    return {pid: command for pid in descendants(root) if (command := command_line(pid))}
 
 
 def _running(pid: int) -> bool:
