@@ -37,7 +37,8 @@ CRASH_EXIT_CODE = 70  # an injected crash's exit status (EX_SOFTWARE)
 
 class WorkerRestarted(Exception):
     """A silo worker was asked about silos it does not host: its process died while idle (between rounds, e.g.
-    with its node) and Ray restarted it empty. The round treats it as a crash of that worker."""
+    with its node, or during the run's set-up) and Ray restarted it empty. A round treats it as a crash of that
+    worker; the set-up, before any snapshot exists, as a runtime fault."""
 
 
 def sample_participants(
@@ -216,6 +217,8 @@ class SiloWorker:
     def save_snapshots(self, silo_ids: tuple[int, ...] | None = None) -> None:
         """Write the named hosted silos' snapshots (default: all, as after set-up, so that a silo that crashes
         before its first upload comes back with its protocol keys) to the vault."""
+        if silo_ids is None and not self.silos:
+            raise WorkerRestarted("this worker hosts no silo to keep: its process was restarted during the run's set-up")
         ids = tuple(self.silos) if silo_ids is None else silo_ids
         ray.get(self.vault.put.remote({silo_id: self.silos[silo_id].snapshot() for silo_id in ids}))
 
@@ -258,6 +261,8 @@ class SiloWorker:
 
     def setup_reply(self, stage: Any, inbound: Mapping[int, Any]) -> dict[int, Any]:
         """Each hosted silo's reply to a protocol set-up stage, given what the server relayed to it."""
+        if not self.silos:  # the first stage relays nothing: a worker restarted empty would answer for no silo
+            raise WorkerRestarted("this worker hosts no silo: its process was restarted during the protocol's set-up")
         return {silo_id: silo.protocol.setup_reply(stage, inbound.get(silo_id)) for silo_id, silo in self.silos.items()}
 
     def round_reply(self, stage: Any, inbound: Mapping[int, Any], *, round_index: int, first: bool) -> dict[int, Any]:

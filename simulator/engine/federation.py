@@ -151,6 +151,27 @@ class Federation:
             seed=seeds["server"],
         )
         try:
+            construction, t_workers, t_protocol = self._set_up(hosting, opened)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            if not _lost_an_actor(exc):
+                raise
+            # no silo has a snapshot yet (or, resuming, not all are restored): nothing could bring the lost ones back
+            raise self.fault("an actor of the run (a silo worker or the server) was lost during its set-up, before "
+                             "every silo's first snapshot was kept") from None
+        t_setup = time.perf_counter()
+        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile); the silos'
+        # first snapshots (or, resuming, their restoration) count with the workers, not with the protocol set-up
+        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data + t_setup - t_protocol,
+                           protocol_setup_seconds=t_protocol - t_workers)
+        self.silo_construction_seconds = construction
+        self._ready = True
+
+    def _set_up(self, hosting: list[Any], opened: Any) -> tuple[float, float, float]:
+        """Wait for the silos to be built and the server opened, then run the protocol's set-up and keep every silo's
+        first snapshot (or, resuming, restore them all). Returns the longest silo construction (s) and the times the
+        workers and the protocol were ready."""
+        scenario = self.scenario
+        try:
             infos, construction = _wait_for_workers(hosting, self._pool)
             ray.get(opened)
         except ray.exceptions.RayTaskError as exc:
@@ -171,13 +192,7 @@ class Federation:
             t_protocol = t_workers
             ray.get(self.vault.put.remote(self.resume_from["silos"]))
             ray.get([worker.restore_snapshots.remote() for worker in self.workers] + [self.server.restore.remote(self.resume_from["server"])])
-        t_setup = time.perf_counter()
-        # data_seconds: what the data cost beyond the start of Ray and the actors (it loads meanwhile); the silos'
-        # first snapshots (or, resuming, their restoration) count with the workers, not with the protocol set-up
-        self.timing.update(data_seconds=t_data - t_ray, workers_seconds=t_ray - t0 + t_workers - t_data + t_setup - t_protocol,
-                           protocol_setup_seconds=t_protocol - t_workers)
-        self.silo_construction_seconds = construction
-        self._ready = True
+        return construction, t_workers, t_protocol
 
     def _load_data(self) -> list[SiloSpec]:
         """Load the dataset and partition it (``dataset``, ``users``, ``parts``); the silos' specs."""
@@ -327,6 +342,13 @@ class Federation:
     def global_state(self) -> tuple[np.ndarray, ...]:
         """Every hypothesis of the global state, as flat vectors."""
         return ray.get(self.server.global_state.remote())
+
+
+def _lost_an_actor(exc: BaseException) -> bool:
+    """Whether a remote call failed because one of the run's actors died (or came back empty after a restart)."""
+    from privsilo.simulator.engine.actors import WorkerRestarted
+
+    return isinstance(exc, ray.exceptions.RayActorError) or isinstance(root_cause(exc), (ray.exceptions.RayActorError, WorkerRestarted))
 
 
 def _wait_for_workers(refs: list[Any], pool: WorkerPool) -> tuple[list[SiloInfo], float]:

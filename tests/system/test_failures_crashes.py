@@ -27,6 +27,7 @@ from privsilo.simulator.run_dir.writers import summary
 from privsilo.simulator.scenario import validate_scenario
 from privsilo.simulator.engine.snapshots import load_by_reference
 from tests.support.scenarios import DP_SGD, LOCAL_STEPS, ONE_SILO_PER_WORKER, faults_scenario as _scenario
+from tests.support.faulty_servers import ServerLosingAWorkerInSetUp, ServerLosingAWorkerThatComesBackInSetUp
 
 RPDP = {"name": "rpdp", "budgets": {"distribution": "three_levels"}, "delta": 1e-3}
 
@@ -175,6 +176,21 @@ def test_a_server_that_died_ends_the_run_as_a_runtime_fault(ray_local, tmp_path)
     kill_server = _kill_once_idle(lambda federation: federation.server, after_rounds=2)
     with pytest.raises(RuntimeFault, match="round 3: the server actor was lost"):
         run(_scenario(DP_SGD, []), on_round=kill_server)
+
+
+@pytest.mark.parametrize("server, secure_aggregation", [(ServerLosingAWorkerInSetUp, False),  # its snapshot call fails
+                                                        (ServerLosingAWorkerThatComesBackInSetUp, True)])  # it answers empty
+def test_a_worker_lost_during_the_set_up_ends_the_run_as_a_runtime_fault(ray_local, server, secure_aggregation):
+    """Before the silos' first snapshots nothing can bring a lost worker's silos back: a worker whose process dies
+    as the protocol's set-up starts (its calls fail while it restarts, or it answers empty once restarted) ends the
+    start as a RuntimeFault (exit 3 at the command line), not with a KeyError from the missing snapshots."""
+    from privsilo.simulator.engine.federation import Federation
+    from privsilo.simulator.errors import RuntimeFault
+
+    scenario = _scenario(DP_SGD, [{"silo": 1, "round": 3, "at": "setup"}], protocol={"secure_aggregation": secure_aggregation})
+    with pytest.raises(RuntimeFault, match="lost during its set-up, before every silo's first snapshot was kept"):
+        with Federation(scenario, server_actor=server):
+            pass
 
 
 def _uldp(heart_disease_dir, mechanism: dict, crashes: list[dict], *, rounds: int, users: int = 50, **blocks) -> dict:
