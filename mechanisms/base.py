@@ -366,6 +366,20 @@ class Mechanism(ABC):
         return {}
 
     @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float | None:
+        """The mechanism's own Gaussian-DP parameter mu* ([`privsilo.mechanisms.gdp`][privsilo.mechanisms.gdp]) that
+        an audit's bound on mu is set against: from each silo's privacy events of the run (those announced at
+        start-up, then round by round), the number of ``rounds`` the server held and the audit's ``claims``; for
+        personal budgets, of the canaries of level ``budget``. None where there is none to compute (the default)."""
+        return None
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        """What `gdp_mu_star` computes mu* from, in words (``gdp_mu_star_basis`` in ``audit.json``)."""
+        return "none: not computed for this mechanism"
+
+    @classmethod
     def sweep_plotter(cls) -> Callable[..., None] | None:
         """The mechanism's own sweep plots, or None: a function ``(runs, *, axes, title, out_dir)`` that writes
         PNG files into ``out_dir``; each run has ``labels`` ({axis key: label}), ``seed``,

@@ -15,7 +15,7 @@ reveal the record count).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -162,6 +162,22 @@ class DpSgd(Mechanism):
         from privsilo.mechanisms.accounting import RdpAccountant
 
         return RdpAccountant(delta=self.params.delta, accountant=self.params.accountant)
+
+    @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float:
+        """Each silo's Poisson-subsampled Gaussian steps (start-up and round events merged as its accountant merges
+        them), mu* of their PLD; the largest over the silos, as the claim is."""
+        from privsilo.mechanisms.gdp import merged_schedule, schedule_mu
+
+        return max((schedule_mu(merged_schedule(e for e in silo if isinstance(e, PoissonGaussianEvent)))
+                    for silo in events.values()), default=0.0)
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        from privsilo.mechanisms.gdp import UPPER_ESTIMATE
+
+        return f"each silo's Poisson-subsampled Gaussian steps, the largest over silos; {UPPER_ESTIMATE} (exact at rate 1)"
 
     def assumed_public(self) -> tuple[str, ...]:
         if self.params.sampling_rate is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any, Iterable
 
 import numpy as np
 from scipy.special import log_expit, ndtri_exp
@@ -66,6 +67,23 @@ def schedule_mu(schedule: Schedule) -> float:
         middle = 0.5 * (low + high)
         low, high = (low, middle) if dominates(middle) else (middle, high)
     return high
+
+
+UPPER_ESTIMATE = f"an upper estimate from the pessimistic PLD, up to delta {GDP_DELTA_SLACK:g}"
+"""How `schedule_mu` reads below rate 1, for a mechanism's ``gdp_mu_star_basis``."""
+
+
+def merged_schedule(events: Iterable[Any]) -> Schedule:
+    """``(rate, sigma, steps)`` entries of events with ``sampling_rate``, ``noise_multiplier`` and ``steps``,
+    consecutive events of one setting merged (the composition is the same)."""
+    schedule: list[tuple[float, float, int]] = []
+    for event in events:
+        setting = (float(event.sampling_rate), float(event.noise_multiplier))
+        if schedule and schedule[-1][:2] == setting:
+            schedule[-1] = (*setting, schedule[-1][2] + int(event.steps))
+        else:
+            schedule.append((*setting, int(event.steps)))
+    return tuple(schedule)
 
 
 def pure_dp_mu(epsilon: float) -> float:

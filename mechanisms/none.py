@@ -38,6 +38,10 @@ class NoPrivacy(Mechanism):
     upload_form = WEIGHTED_DELTA
     audit_units = ("client",)  # canary clients: no unit is protected, the audit measures the leak
 
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        return "none: no privacy claim"
+
     def silo(self, context: SiloContext) -> SiloMechanism:
         return FedAvgSilo(context)
 

@@ -27,10 +27,11 @@ the server adds N(0, sigma_b^2) to that sum, estimates the unclipped fraction ``
 """
 from __future__ import annotations
 
-import numpy as np
-
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from privsilo.mechanisms.base import (
     GlobalState,
@@ -200,6 +201,27 @@ class DpFedAvg(Mechanism):
             return DistributedAccountant(delta=self.params.delta)
         return ClientLevelAccountant(delta=self.params.delta, noise_multiplier=self.params.noise_multiplier,
                                      accountant=self.params.accountant)
+
+    @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float | None:
+        """Every round the server held (as the accountant counts them), one Poisson-subsampled Gaussian of
+        multiplier z at the client rate the silos report (audits run at rate 1: exactly sqrt(T) / z); None where the
+        silos' events disagree."""
+        from privsilo.mechanisms.gdp import schedule_mu
+
+        settings = {(e.sampling_rate, e.noise_multiplier) for silo in events.values() for e in silo
+                    if isinstance(e, ClientLevelGaussianEvent)}
+        if len(settings) != 1:
+            return None
+        ((rate, noise_multiplier),) = settings
+        return schedule_mu(((rate, noise_multiplier, rounds),))
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        from privsilo.mechanisms.gdp import UPPER_ESTIMATE
+
+        return f"every held round, a Poisson-subsampled Gaussian at the client rate; {UPPER_ESTIMATE} (exact at rate 1)"
 
     def assumed_public(self) -> tuple[str, ...]:
         return (SILO_COUNT_PUBLIC,)

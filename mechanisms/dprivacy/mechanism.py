@@ -86,6 +86,10 @@ class DPrivacy(Mechanism):
         }
 
     @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        return "none: d-privacy makes no add/remove (epsilon, delta) claim"
+
+    @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str:
         """The leakage per client over the run (Theorem 3.1), or why there is no bound."""
         leakage = privacy["leakage"]

@@ -113,6 +113,19 @@ class Pldp(Mechanism):
         }
 
     @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float | None:
+        """Pure epsilon-DP per client, at the hosts' largest ``claimed_epsilon_per_client``: randomized response's mu."""
+        from privsilo.mechanisms.gdp import pure_dp_mu
+
+        epsilon = claims.get("claimed_epsilon_per_client")
+        return None if epsilon is None else pure_dp_mu(epsilon)
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        return "pure epsilon-DP per client (the hosts' largest): randomized response's mu, exact"
+
+    @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str:
         """Both figures, by name: what a client's data gets, and the paper's per-scalar one."""
         per_client = max(privacy["epsilon_per_client"].values(), default=0.0)

@@ -19,7 +19,7 @@ from a column of the user's CSV (row ``r`` = training record ``r`` of the datase
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -228,6 +228,33 @@ class Rpdp(Mechanism):
 
     def server(self) -> ServerMechanism:
         return FedAvgServer()
+
+    @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float | None:
+        """Per privacy level: a canary of ``budget`` is sampled at the rate its silo plans for that budget (announced
+        at start-up) in every local step of the rounds its host took part in, until its budget is spent (fixed in
+        advance by the round count): that rate in every such step is an upper estimate (stopping only leaves steps
+        out); the largest over the silos (None where no silo plans a rate for ``budget``, or without one)."""
+        from privsilo.mechanisms.gdp import schedule_mu
+
+        if budget is None:
+            return None
+        mus = []
+        for silo in events.values():
+            plans = [e for e in silo if isinstance(e, PersonalizedTrainingPlan)]
+            rates = [float(plan.planned_rates[plan.budgets == budget].max()) for plan in plans if (plan.budgets == budget).any()]
+            if rates:
+                schedule = plans[0].schedule
+                steps = schedule.local_steps * sum(isinstance(e, PersonalizedPoissonGaussianEvent) for e in silo)
+                mus.append(schedule_mu(((max(rates), schedule.noise_multiplier, steps),)))
+        return max(mus, default=None)
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        from privsilo.mechanisms.gdp import UPPER_ESTIMATE
+
+        return f"per level, the rate each silo plans for its budget in every local step of the host's rounds, the largest over silos; {UPPER_ESTIMATE}"
 
     def accountant(self) -> PrivacyAccountant:
         if self.params.variant == "privacy_free":

@@ -20,7 +20,7 @@ For ``naive``, an unsampled user's records are left out of the round's local tra
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -118,6 +118,23 @@ class Uldp(Mechanism):
             fractional_bits=fractional_bits, key_bits=self.params.paillier_key_bits,
             max_records_per_user=self.params.max_records_per_user, min_participants=min_participants,
         )
+
+    @classmethod
+    def gdp_mu_star(cls, events: Mapping[int, Sequence[Any]], *, rounds: int, claims: Mapping[str, Any],
+                    budget: float | None = None) -> float:
+        """The user-level Gaussian rounds (every silo reports each; counted once) at their user rates (the audit
+        refuses ``group``, whose claim is not of this form)."""
+        from privsilo.mechanisms.events import PoissonGaussianEvent, UserLevelGaussianEvent
+        from privsilo.mechanisms.gdp import merged_schedule, schedule_mu
+
+        held = {e.round_index: e for silo in events.values() for e in silo if isinstance(e, UserLevelGaussianEvent)}
+        return schedule_mu(merged_schedule(PoissonGaussianEvent(e.user_rate, e.noise_multiplier, 1) for _, e in sorted(held.items())))
+
+    @classmethod
+    def gdp_mu_star_basis(cls) -> str:
+        from privsilo.mechanisms.gdp import UPPER_ESTIMATE
+
+        return f"the user-level Gaussian rounds at their user rates; {UPPER_ESTIMATE} (exact at rate 1)"
 
     def accountant(self) -> PrivacyAccountant:
         from privsilo.mechanisms.uldp.accountant import UldpAccountant  # Opacus (torch): only where a run accounts

@@ -24,7 +24,7 @@ import numpy as np
 from privsilo.simulator.audit.bounds import fdp_one_run_audit, gaussian_fit_estimate, one_run_audit
 from privsilo.simulator.audit.canaries import CanaryPlan
 from privsilo.simulator.audit.directions import dirac_coordinates
-from privsilo.simulator.audit.mechanism_mu import mechanism_mu, mu_star_basis
+from privsilo.simulator.audit.mechanism_mu import mechanism_mu
 from privsilo.simulator.audit.results import AuditGroup, AuditReport
 from privsilo.simulator.audit.scores import UploadLikelihoods, uploaded_changes
 from privsilo.simulator.data import Dataset
@@ -83,18 +83,18 @@ def _report(scenario: Scenario, plan: CanaryPlan, result: RunResult, scores: np.
             claims[f"claimed_{key}"] = privacy[key]
     hosts = [str(int(silo)) for silo in np.unique(plan.hosts[plan.included])]
     claims.update(scenario.mechanism.plugin.audit_claims(privacy, hosts))
-    name = scenario.mechanism.name
+    plugin = scenario.mechanism.plugin
     if plan.budgets is None:
         groups = (_group(scores, plan.included, budget=None, claim=claims["claimed_epsilon"], delta=delta, confidence=confidence,
-                         mu_star=mechanism_mu(name, result, claims)),)
+                         mu_star=mechanism_mu(plugin, result, claims)),)
     else:  # one bound per level; the levels split the confidence, so that their largest bound keeps it
         levels = np.unique(plan.budgets)
         split = 1.0 - (1.0 - confidence) / levels.size
         groups = tuple(_group(scores[plan.budgets == b], plan.included[plan.budgets == b], budget=float(b), claim=float(b),
-                              delta=delta, confidence=split, mu_star=mechanism_mu(name, result, claims, budget=float(b)))
+                              delta=delta, confidence=split, mu_star=mechanism_mu(plugin, result, claims, budget=float(b)))
                        for b in levels)
     return AuditReport(scenario=scenario, unit=unit, view=audit_view(scenario), seed=plan.seed, delta=delta, claims=claims,
-                       groups=groups, result=result, mu_star_basis=mu_star_basis(name))
+                       groups=groups, result=result, mu_star_basis=plugin.gdp_mu_star_basis())
 
 
 def _group(scores: np.ndarray, included: np.ndarray, *, budget: float | None, claim: float | None, mu_star: float | None,
