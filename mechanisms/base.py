@@ -381,11 +381,22 @@ class Mechanism(ABC):
 
     @classmethod
     def sweep_plotter(cls) -> Callable[..., None] | None:
-        """The mechanism's own sweep plots, or None: a function ``(runs, *, axes, title, out_dir)`` that writes
-        PNG files into ``out_dir``; each run has ``labels`` ({axis key: label}), ``seed``,
-        ``accuracy_per_round`` and ``epsilon_per_round`` (None where a round has no epsilon). Import plotting
-        code inside the override, so that validating a scenario does not load it."""
+        """The mechanism's own plots of a sweep whose base scenario uses it, or None: a function ``(runs, *, axes,
+        title, out_dir, base)`` that writes PNG files into ``out_dir``; each run has ``labels`` ({axis key: label}),
+        ``seed``, ``accuracy_per_round`` and ``epsilon_per_round`` (None where a round has no epsilon); ``base`` is
+        the grid's base scenario. Import plotting code inside the override, so that validating a scenario does not
+        load it."""
         return None
+
+    def sweep_records(self) -> Callable[[PrivacyAccountant], Mapping[str, np.ndarray]] | None:
+        """What a sweep keeps of the first of its runs with this mechanism and these parameters, for
+        `plot_sweep_records`: a function from that run's accountant to per-record arrays (rPDP: each record's budget
+        and spent epsilon); None (the default): nothing."""
+        return None
+
+    @classmethod
+    def plot_sweep_records(cls, records: Mapping[str, np.ndarray], *, run: str, out_dir: Path) -> None:
+        """Plot into ``out_dir`` what `sweep_records` kept of the sweep's run labelled ``run``; nothing by default."""
 
     @classmethod
     def privacy_line(cls, privacy: Mapping[str, Any]) -> str | None:

@@ -18,8 +18,9 @@ from a column of the user's CSV (row ``r`` = training record ``r`` of the datase
 """
 from __future__ import annotations
 
+import operator
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -255,6 +256,22 @@ class Rpdp(Mechanism):
         from privsilo.mechanisms.gdp import UPPER_ESTIMATE
 
         return f"per level, the rate each silo plans for its budget in every local step of the host's rounds, the largest over silos; {UPPER_ESTIMATE}"
+
+    def sweep_records(self) -> Callable[[PrivacyAccountant], Mapping[str, np.ndarray]] | None:
+        """Variant rpdp: each record's budget, spent epsilon and rounds (``PersonalizedAccountant.per_record``)."""
+        return operator.methodcaller("per_record") if self.params.variant == "rpdp" else None
+
+    @classmethod
+    def plot_sweep_records(cls, records: Mapping[str, np.ndarray], *, run: str, out_dir: Path) -> None:
+        from privsilo.mechanisms.rpdp.plots import plot_budget_vs_spent  # matplotlib: only where a sweep plots
+
+        plot_budget_vs_spent(records, run=run, path=out_dir / "budget_vs_spent.png")
+
+    @classmethod
+    def sweep_plotter(cls) -> Callable[..., None]:
+        from privsilo.mechanisms.rpdp.plots import plot_sweep  # matplotlib: only where a sweep writes its plots
+
+        return plot_sweep
 
     def accountant(self) -> PrivacyAccountant:
         if self.params.variant == "privacy_free":

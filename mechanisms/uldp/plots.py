@@ -22,9 +22,9 @@ PLOTS = {"accuracy_per_round": "test accuracy", "epsilon_per_round": "user-level
 LINE_STYLES = ("-", "--", "-.", ":")  # variants with the same epsilon coincide: dashes keep each visible
 
 
-def plot_sweep(runs: Sequence[Any], *, axes: Sequence[str], title: str, out_dir: Path) -> None:
+def plot_sweep(runs: Sequence[Any], *, axes: Sequence[str], title: str, out_dir: Path, base: Any = None) -> None:
     """Write ``accuracy_per_round.png``, ``epsilon_per_round.png`` and ``per_round.csv`` for a sweep's runs into
-    ``out_dir``."""
+    ``out_dir`` (from the runs alone: the grid's ``base`` scenario adds nothing to them)."""
     write_per_round_csv(runs, axes=axes, path=Path(out_dir) / "per_round.csv")
     panels = group_runs(runs, axes=axes)
     seeds = len({run.seed for run in runs})

@@ -1,8 +1,8 @@
 """The journal that makes a long sweep resumable.
 
 While a sweep runs, every finished run is appended to ``<out>.unfinished/runs.jsonl`` (one JSON line, flushed
-and fsynced), keyed by a hash of its complete validated scenario; the per-record privacy data of the sweep's
-reference rPDP run goes to ``rpdp_records.npz`` beside it, and a personalised run's output directory to
+and fsynced), keyed by a hash of its complete validated scenario; the per-record arrays the sweep keeps of
+one run (``Mechanism.sweep_records``, e.g. rPDP's) go to ``records.npz`` beside it, and a personalised run's output directory to
 ``runs/<name>``. Running the same sweep again skips the runs whose
 scenario is already in the journal (the same scenario and seed give the same result). The journal is deleted
 once the output directory has been written.
@@ -23,7 +23,7 @@ from privsilo.simulator.run_dir.write_faults import writing
 from privsilo.simulator.scenario import Scenario
 
 RUNS_FILE = "runs.jsonl"
-RECORDS_FILE = "rpdp_records.npz"
+RECORDS_FILE = "records.npz"
 UNFINISHED_SUFFIX = ".unfinished"
 
 
@@ -79,7 +79,7 @@ class SweepJournal:
         return self.path / "checkpoints" / key
 
     def save_records(self, key: str, records: Mapping[str, np.ndarray]) -> None:
-        """Per-record arrays of the reference rPDP run (written to a temporary name, then renamed)."""
+        """The per-record arrays kept of the run ``key`` (written to a temporary name, then renamed)."""
         staging = self.path / f".{RECORDS_FILE}"
         with writing(self.path / RECORDS_FILE, partial=staging):
             self.path.mkdir(parents=True, exist_ok=True)

@@ -13,9 +13,10 @@ Each axis maps a dotted scenario key to ``{label: value}``; the value replaces t
 (after the ``--set`` overrides). An axis may instead be a free name (``defence``) whose labels each map several
 dotted keys to values (``{none: {mechanism.name: none}, secagg: {protocol.secure_aggregation: true}}``).
 Every combination is validated before the first run, all runs share one Ray session, and the output directory
-(``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png`` and, for rPDP grids, ``epsilon_curve.png`` and
-``budget_vs_spent.png``, and the plots of the base mechanism's ``sweep_plotter``, e.g. uldp's per-round accuracy
-and epsilon) is written atomically. When the scenarios carry an ``attack`` block, every run is also
+(``runs.csv``, ``table.csv``, ``table.md``, ``comparison.png``, and the mechanisms' own sweep plots: the base
+mechanism's ``sweep_plotter``, e.g. rPDP's ``epsilon_curve.png`` or uldp's per-round accuracy and epsilon, and
+``plot_sweep_records`` of the first run whose mechanism keeps ``sweep_records``, e.g. rPDP's
+``budget_vs_spent.png``) is written atomically. When the scenarios carry an ``attack`` block, every run is also
 attacked ([`privsilo.simulator.attacks.runner.attack`][privsilo.simulator.attacks.runner.attack] on the same scenario) and the tables get the attack's PSNR,
 SSIM and success rate, with ``attack_vs_accuracy.png``. Finished runs are journaled
 (``privsilo.simulator.experiments.journal``), so an interrupted sweep resumes when run again.
@@ -40,6 +41,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from privsilo.mechanisms.base import Mechanism
 from privsilo.simulator.runtime.cluster import ActorDemand, Capacity, ray_session
 from privsilo.simulator.errors import PrivsiloError, ScenarioError
 from privsilo.simulator.run_dir.ownership import RUNS_ROOT, new_directory, removed_if_unused
@@ -228,8 +230,10 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
     journal = SweepJournal(out)
     finished = journal.load_runs()
     keys = [scenario_key(scenario) for _, _, scenario in jobs]
-    rpdp_runs = [(key, run_label(labels, seed)) for key, (labels, seed, scenario) in zip(keys, jobs) if _is_rpdp(scenario)]
-    reference, reference_label = rpdp_runs[0] if rpdp_runs else (None, "")
+    # the first run whose mechanism keeps per-record arrays for its sweep plots (rPDP's budget vs spent)
+    keeping = [(key, run_label(labels, seed), scenario.mechanism.plugin, keep) for key, (labels, seed, scenario) in zip(keys, jobs)
+               if (keep := scenario.mechanism.build().sweep_records()) is not None]
+    reference, reference_label, reference_mechanism, keep_records = keeping[0] if keeping else (None, "", None, None)
     pending = [(key, job) for key, job in zip(keys, jobs) if key not in finished]
     personalised = all(scenario.mechanism.plugin.personalised for _, _, scenario in jobs)
     if pending:
@@ -247,7 +251,7 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
                 result = run(scenario, out_dir=kept, address=address, checkpoint_dir=checkpoints, resume=has_checkpoint(checkpoints),
                              log=log, tracking_dir=journal.tracking_directory(run_name(labels, seed)))
                 if key == reference:
-                    journal.save_records(key, rebuild_accountant(result).per_record())
+                    journal.save_records(key, keep_records(rebuild_accountant(result)))
                 done = _sweep_run(labels, seed, result, attacked=_attack_summary(scenario, address=address))
                 journal.add_run(key, done)
                 finished[key] = dataclasses.asdict(done)
@@ -257,7 +261,7 @@ def _sweep_into(grid: Grid, jobs: list[tuple[dict[str, str], int, Scenario]], ou
     swept = SweepResult(grid=grid, runs=runs, table=table, out_dir=out, resumed=len(jobs) - len(pending))
     records = None if reference is None else journal.load_records(reference)
     kept = journal.run_directory("") if personalised else None
-    write_sweep_outputs(swept, rpdp_records=None if records is None else (reference_label, records), run_directories=kept,
+    write_sweep_outputs(swept, records=None if records is None else (reference_mechanism, reference_label, records), run_directories=kept,
                         tracking=journal.tracking_directory(""))
     journal.remove()
     return swept
@@ -268,39 +272,32 @@ def run_name(labels: Mapping[str, str], seed: int) -> str:
     return f"{'-'.join(labels.values())}-s{seed}"
 
 
-def _is_rpdp(scenario: Scenario) -> bool:
-    return scenario.mechanism.name == "rpdp" and scenario.mechanism.params.variant == "rpdp"
-
-
 def write_sweep_outputs(
-    swept: SweepResult, *, rpdp_records: tuple[str, Mapping[str, np.ndarray]] | None, run_directories: Path | None = None,
+    swept: SweepResult, *, records: tuple[type[Mechanism], str, Mapping[str, np.ndarray]] | None, run_directories: Path | None = None,
     tracking: Path | None = None,
 ) -> None:
     """Write the sweep's tables and plots into ``swept.out_dir`` atomically.
 
     Given ``run_directories`` (where the personalised runs' output directories are, named by ``run_name``):
-    they are copied to ``runs/`` and the table and its plots are the personalised report's. For an rPDP base
-    scenario also ``epsilon_curve.png`` (the base settings), and given ``rpdp_records`` (the label and per-record
-    arrays of the first run of variant rpdp) ``budget_vs_spent.png``; then whatever the base mechanism's
-    ``sweep_plotter`` draws. ``tracking``: the runs' tracker logs (``--log``), copied to ``tensorboard/``.
+    they are copied to ``runs/`` and the table and its plots are the personalised report's. Given ``records``
+    (the mechanism, the label and the per-record arrays its ``sweep_records`` kept of a run), the plots its
+    ``plot_sweep_records`` draws (rPDP's ``budget_vs_spent.png``); then whatever the base mechanism's
+    ``sweep_plotter`` draws (rPDP's ``epsilon_curve.png``). ``tracking``: the runs' tracker logs (``--log``),
+    copied to ``tensorboard/``.
     """
     from privsilo.simulator.run_dir.writers import atomic_directory
-    from privsilo.simulator.experiments.rpdp_plots import estimator_settings, plot_budget_vs_spent, plot_epsilon_curve
-
     grid, axes = swept.grid, list(swept.grid.axes)
     with atomic_directory(swept.out_dir, kind="sweep") as staging:
         write_tables(staging, runs=swept.runs, table=swept.table, axes=axes, title=grid.name, own_table=run_directories is None)
         if run_directories is not None:
             _write_personalised_report(swept, run_directories=run_directories, staging=staging)
         base = validate_scenario(grid.base)
-        if base.mechanism.name == "rpdp":
-            plot_epsilon_curve(estimator_settings(base), staging / "epsilon_curve.png")
-        if rpdp_records is not None:
-            label, records = rpdp_records
-            plot_budget_vs_spent(records, run=label, path=staging / "budget_vs_spent.png")
+        if records is not None:
+            mechanism, label, arrays = records
+            mechanism.plot_sweep_records(arrays, run=label, out_dir=staging)
         plotter = base.mechanism.plugin.sweep_plotter()
         if plotter is not None:
-            plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging)
+            plotter(swept.runs, axes=axes, title=grid.name, out_dir=staging, base=base)
         if tracking is not None and tracking.is_dir():
             shutil.copytree(tracking, staging / TENSORBOARD_DIR)
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from privsilo.simulator.cli import EXIT_USER_ERROR, main
 from privsilo.simulator.errors import ScenarioError
-from privsilo.simulator.experiments.rpdp_plots import budget_vs_spent_figure
 from privsilo.simulator.experiments.sweep import SweepResult, SweepRun, load_grid, read_runs_csv, summarise, sweep, write_runs_csv, write_table, write_tables
 from tests.support.grids import write_grid
 from tests.support.paths import REPO
@@ -138,23 +136,6 @@ def test_one_seed_shows_no_spread_and_counts_are_singular(tmp_path):
     assert result.headline() == "tiny: 1 run (1 combination x 1 seed)"
     two = SweepResult(grid=load_grid(write_grid(tmp_path)), runs=tuple(runs * 2), table=tuple(table), out_dir=tmp_path, resumed=2)
     assert two.headline() == "tiny: 4 runs (2 combinations x 2 seeds; 2 taken from the unfinished sweep's journal)"
-
-
-def test_budget_vs_spent_shows_every_budget_level_of_the_named_run():
-    """486 records at three budget levels: one column per level with its record count and how many never
-    trained (not three overlapping dots), and the title says which run it shows."""
-    budget = np.repeat([0.1, 1.0, 5.0], [340, 97, 49])
-    rounds = np.concatenate([np.zeros(340, int), np.full(92, 15), np.zeros(5, int), np.full(49, 15)])
-    spent = np.where(rounds > 0, 0.97 * budget, 0.0)
-    figure = budget_vs_spent_figure({"budget": budget, "spent": spent, "rounds": rounds}, run="ThreeLevels / rPDP, seed 0")
-    ax = figure.axes[0]
-    assert "ThreeLevels / rPDP, seed 0" in ax.get_title()
-    ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert ticks == ["0.1\n340 records\n340 never trained", "1\n97 records\n5 never trained", "5\n49 records\n0 never trained"]
-    points = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections])
-    assert points.size == 486  # every record drawn
-    continuous = budget_vs_spent_figure({"budget": np.linspace(0.1, 10, 50), "spent": np.linspace(0.09, 9, 50)}, run="x")
-    assert [t.get_text() for t in continuous.axes[0].get_legend().get_texts()] == ["50 records", "spent = budget"]
 
 
 def test_a_settings_axis_sets_several_keys_and_attacked_runs_get_attack_columns(tmp_path):

@@ -1,8 +1,9 @@
-"""Plots of rPDP-FL experiments: epsilon(q) with the SCF fit, and budget vs spent epsilon per record."""
+"""Plots of rPDP-FL sweeps: epsilon(q) with the SCF fit under a grid's base settings, and budget vs spent epsilon
+per record of one run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -12,10 +13,14 @@ import numpy as np  # noqa: E402
 
 from privsilo.mechanisms.rpdp.estimator import SamplingProbabilityEstimator  # noqa: E402
 from privsilo.mechanisms.rpdp.personalized_accountant import MAX_LEVELS  # noqa: E402
-from privsilo.simulator.scenario import Scenario  # noqa: E402
 
 
-def estimator_settings(scenario: Scenario) -> dict[str, Any]:
+def plot_sweep(runs: Sequence[Any], *, axes: Sequence[str], title: str, out_dir: Path, base: Any) -> None:
+    """A sweep's rPDP plot: ``epsilon_curve.png``, epsilon(q) under the grid's ``base`` scenario's settings."""
+    plot_epsilon_curve(estimator_settings(base), Path(out_dir) / "epsilon_curve.png")
+
+
+def estimator_settings(scenario: Any) -> dict[str, Any]:
     """The :class:`SamplingProbabilityEstimator` keyword arguments of an ``rpdp`` scenario (its silos' view)."""
     params, federation = scenario.mechanism.params, scenario.federation
     return {
