@@ -14,8 +14,9 @@ Two pools share this interface (:class:`WorkerPool`); :func:`privsilo.simulator.
   tests, a script inside its own ``ray.init``). Actors given back after their session ended (a ``privsilo run``
   closes the session it opened) are forgotten, not reused.
 
-So that a pool never holds resources a run needs, every idle actor a lease does not take is stopped before
-new ones start.
+So that a pool never holds resources a run needs, the idle actors a lease does not take are stopped before new
+ones start, unless the new ones fit beside them (a session's pool keeps up to `SPARE_ACTORS` such actors for a
+later run of their shape); a run that still waits for its actors has every idle actor stopped.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 RELEASE_TIMEOUT_S = 60
+SPARE_ACTORS = 6  # idle actors of other shapes a session's pool keeps beside a lease's (each holds torch: memory)
 WAIT_STEP_S = 2.0  # how often a run waiting for its actors asks who holds the pool's actors
 
 
@@ -59,7 +61,7 @@ class WorkerPool(ABC):
     @abstractmethod
     def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         """``counts[shape]`` actors of each shape for this run alone: idle ones first, then new ones, after
-        stopping every idle actor the lease does not take."""
+        stopping the idle actors the lease does not take (all of them, or only those the new ones need room from)."""
 
     def give_back(self, shape: ActorShape, handles: Sequence[Any], *, timeout: float = RELEASE_TIMEOUT_S) -> None:
         """Have each of ``handles`` (leased with ``shape``) drop its run, then keep it for the next lease; an
@@ -173,9 +175,11 @@ class SessionPool(WorkerPool):
                 if len(taken.get(shape, ())) < counts.get(shape, 0):
                     taken[shape].append(handle)
                 else:
-                    spare.append(handle)
-            self._idle = []
-        for handle in spare:
+                    spare.append((shape, handle))
+            new = {shape: count - len(taken[shape]) for shape, count in counts.items()}
+            kept = spare[-SPARE_ACTORS:] if _fits(new, ray.available_resources()) else []
+            self._idle = kept
+        for _, handle in spare[:len(spare) - len(kept)]:
             ray.kill(handle)
         for shape, count in counts.items():
             taken[shape] += [start_actor(shape) for _ in range(count - len(taken[shape]))]
@@ -202,6 +206,13 @@ class SessionPool(WorkerPool):
         session = (context.get_session_name(), context.get_job_id())
         if session != self._session:
             self._session, self._idle = session, []
+
+
+def _fits(new: Mapping[ActorShape, int], free: Mapping[str, float]) -> bool:
+    """Whether ``new`` actors (count by shape) fit into the ``free`` resources of the session as they are."""
+    cpus = sum(shape.num_cpus * count for shape, count in new.items())
+    gpus = sum(shape.num_gpus * count for shape, count in new.items())
+    return cpus <= free.get("CPU", 0.0) + 1e-9 and gpus <= free.get("GPU", 0.0) + 1e-9
 
 
 POOL = SessionPool()
