@@ -1,47 +1,59 @@
 """Exact discrete Gaussian noise from uniform 64-bit words (Canonne, Kamath, Steinke, NeurIPS 2020).
 
 ``N_Z(0, sigma^2)`` puts mass ``exp(-x^2 / (2 sigma^2)) / Z`` on every integer ``x``. The sampler is CKS's
-Algorithm 3: draw ``Y`` from the discrete Laplace with scale ``t = floor(sigma) + 1`` and keep it with probability
-``exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))``. ``sigma^2`` is the exact square of the float ``sigma`` given.
+Algorithm 3: propose ``Y`` from the discrete Laplace with scale ``t = floor(sigma) + 1`` and keep it with probability
+``exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))``. ``sigma^2`` is the exact square of the float ``sigma`` given. The
+proposal is a sign and a geometric ``G = max{k : U < exp(-k/t)}`` (``P(G >= k) = exp(-k/t)``): ``Y = G`` or
+``Y = -(G + 1)``, the negative one kept with ``exp(-1/t)`` times the probability above, which gives every ``Y`` the
+discrete Laplace's mass ``exp(-|Y|/t)`` up to one constant without CKS's redrawn ``-0`` (Algorithm 2).
 
 Every decision compares a uniform real ``U`` in [0, 1) with ``exp(-gamma)`` for an exact rational ``gamma``, and is
-made *exactly*, vectorised:
+made *exactly*:
 
-* the discrete Laplace is a sign bit and a geometric ``G = max{k : U < exp(-k / t)}`` (so ``P(G >= k) =
-  exp(-k/t)``), whose candidate ``floor(-t log U)`` is checked against both thresholds;
-* ``U`` is read from a word's top 53 bits, i.e. known to lie in ``[u, u + 2^-53)``. Where that interval lies more
-  than `EXP_MARGIN` away from the float64 value of every threshold involved, the decision is certain
-  (float64 ``exp``/``log`` are accurate to a few units in the last place, about 2^-50 absolute here, a thousand
-  times below the margin);
-* otherwise (2^-39 of the acceptance tests; about 2^-39 t ln(2^40 / t) of the geometric draws, 4e-8 at
-  sigma 1000) the same ``U`` is extended by further 64-bit words and compared with
-  rational bounds on ``exp(-gamma)`` (alternating Taylor series in ``fractions.Fraction``) until the comparison is
-  decided: no rounding ever decides an outcome.
+* a proposal takes one 64-bit word: bits 0-31 are the geometric's uniform, bit 63 the sign, bits 32-62 the
+  acceptance's uniform (for ``t`` above about 5,700, two words: the geometric's uniform is a word's top 53 bits).
+  A uniform read from ``b`` bits is known to lie in an interval of width ``2^-b``;
+* where that interval lies more than `EXP_MARGIN` (2^-40) away from the float64 value of the threshold(s), the float
+  decides: float64 ``exp`` is accurate to a few units in the last place, and every rounding in the bounds to
+  about 2^-50 absolute, a thousand times below the margin. The thresholds ``exp(-k/t)`` and the acceptance
+  probabilities are tabulated once per call; a logarithm or a guide table of G's top 16 bits only proposes the
+  geometric's value, which the thresholds then confirm;
+* otherwise (about ``t 2^-28`` of the proposals with one word, ``t 2^-35`` with two, plus ``2^-30`` for the
+  acceptance) the same ``U`` is extended by further 64-bit words and compared again, with a float while it is far
+  from the threshold and with rational bounds on ``exp(-gamma)`` (alternating Taylor series in
+  ``fractions.Fraction``) until the comparison is decided: no rounding ever decides an outcome.
 
-The words come from a source passed in: a ``numpy.random.Generator`` (its bit generator's raw words: seeded runs
-repeat) or any object with ``bytes(count)`` such as ``privsilo.protocols.crypto_random.CryptoRandom`` (a CSPRNG). Not
-constant-time: the number of words drawn depends on the outcome (Jin et al., S&P 2022 time such samplers).
+The per-proposal loop is compiled by numba where it is installed (``cache=True``: a fresh install compiles it on
+its first call, in a few seconds); otherwise numpy makes the same decisions pass by pass, slower, with the same
+draws. The words come from a source passed in: a ``numpy.random.Generator`` (64-bit words from its bit generator:
+seeded runs repeat) or any object with ``bytes(count)`` such as ``privsilo.protocols.crypto_random.CryptoRandom`` (a
+CSPRNG). Not constant-time: the number of words drawn depends on the outcome (Jin et al., S&P 2022 time such
+samplers).
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 EXP_MARGIN = 2.0**-40
-"""Absolute distance from a float64 threshold within which the exact (rational) comparison decides."""
+"""Absolute distance from a float64 threshold within which floats decide nothing."""
 
 TABLE_LIMIT = 2**17
-"""The most entries of a threshold table; for a larger scale (t above about 5,700) thresholds are computed per draw."""
+"""The most entries of a threshold table: up to t = 5,721 one word per proposal and tables; above, two words and
+thresholds computed per proposal."""
 
 SMALLEST_SIGMA = 1e-100
-"""The smallest positive sigma taken: the float64 shortcut squares sigma, which underflows to 0 near 1e-162."""
+"""The smallest positive sigma taken: the float64 bounds square sigma, which underflows to 0 near 1e-162."""
 
-_TWO32, _TWO31 = 2.0**32, 2.0**31
-_LOG_TWO32 = 32 * math.log(2.0)
-_LOW31 = np.uint32(2**31 - 1)
+LARGEST_SIGMA = 1e15
+"""The largest sigma taken: the draws and the geometric's values stay far inside int64 (and below 2^53)."""
+
+_GUIDE_BITS = 16
+_LOG_TWO = math.log(2.0)
 
 
 def _words(source: Any, count: int) -> np.ndarray:
@@ -85,13 +97,22 @@ class _LazyUniform:
         """Whether ``U < exp(-gamma)`` (ties have probability 0 for ``gamma > 0``; ``exp(0) = 1 > U``)."""
         if gamma == 0:
             return True
+        threshold = math.exp(-float(gamma))  # within 2^-49 of exp(-gamma): float(gamma) errs by gamma 2^-53
         while True:
-            low, high = _exp_bounds(gamma, self.bits + 2)
-            scale = 2**self.bits
-            if Fraction(self.numerator + 1, scale) <= low:
+            low, width = math.ldexp(self.numerator, -self.bits), math.ldexp(1.0, -self.bits)
+            if low + width <= threshold - EXP_MARGIN:
                 return True
-            if Fraction(self.numerator, scale) >= high:
+            if low >= threshold + EXP_MARGIN:
                 return False
+            if self.numerator and gamma >= self.bits:  # exp(-gamma) <= e^-bits < 2^-bits <= U
+                return False
+            if gamma < self.bits + 64:  # else exp(-gamma) < 2^-(bits + 64): only more digits can decide
+                low_exp, high_exp = _exp_bounds(gamma, self.bits + 2)
+                scale = 2**self.bits
+                if Fraction(self.numerator + 1, scale) <= low_exp:
+                    return True
+                if Fraction(self.numerator, scale) >= high_exp:
+                    return False
             self.numerator = (self.numerator << 64) | int(_words(self.source, 1)[0])
             self.bits += 64
 
@@ -106,111 +127,180 @@ def _exact_geometric(uniform: _LazyUniform, t: int, start: int) -> int:
     return k
 
 
-def _exact_gamma(value: int, sigma_sq: Fraction, t: int) -> Fraction:
-    """The exact exponent of the acceptance test of proposal ``value`` (see `_Thresholds`)."""
-    magnitude = abs(value)
-    gamma = (magnitude - sigma_sq / t) ** 2 / (2 * sigma_sq)
-    return gamma + Fraction(1, t) if value < 0 else gamma
+def _decide(geometric: tuple[int, int], high: int, start: int, sigma_sq: Fraction, t: int, source: Any) -> int | None:
+    """One proposal decided exactly (``None``: rejected) from its geometric field ``(value, bits)``, its word's high
+    32 bits (the sign, then the acceptance's 31 bits) and a start for the geometric's search."""
+    k = _exact_geometric(_LazyUniform(*geometric, source), t, start)
+    y = k if high < 2**31 else -1 - k
+    gamma = (abs(y) - sigma_sq / t) ** 2 / (2 * sigma_sq) + (Fraction(1, t) if y < 0 else 0)
+    return y if _LazyUniform(high & (2**31 - 1), 31, source).below_exp(gamma) else None
 
 
 class _Thresholds:
-    """The float64 bounds that decide a proposal where they can, in the integer units of the word's bit fields
-    (see `_proposals`); each already includes the margin and the width of the uniform's interval. Tabulated by index
-    when the geometric's starts fit `TABLE_LIMIT` entries (``t`` up to about 5,700), computed per draw otherwise."""
+    """The float64 bounds that decide a proposal where they can, in the integer units of the word's bit fields;
+    each includes the margin and the width of the uniform's interval. Tabulated by index (with a guide to the
+    geometric) where the geometric's values from a 32-bit field fit `TABLE_LIMIT` entries, computed per draw else."""
 
     def __init__(self, sigma: float, t: int, margin: float) -> None:
         self.t, self.s2, self.margin = t, sigma * sigma, margin
-        self.length = math.floor(22.9 * t) + 2  # above every start t (32 log 2 - log(G + 1/2)), G >= 0
+        self.length = math.floor(22.9 * t) + 2  # above t log(2^32 / (G + 1/2)) for every 32-bit G
         self.tabulated = self.length <= TABLE_LIMIT
+        self.geometric_bits = 32 if self.tabulated else 53
         if self.tabulated:
             k = np.arange(self.length, dtype=np.int64)
             self.geo_low, self.geo_high = self.compute_geometric(k)
             self.yes, self.no = self.compute_acceptance(np.concatenate([k, -1 - k[::-1]]))  # y at index y (mod 2L)
+            tops = np.arange(1, 2**_GUIDE_BITS + 1) / 2**_GUIDE_BITS  # G's top bits j: U < tops[j]
+            self.guide = np.clip(np.floor(-t * np.log(tops)), 0, self.length - 1).astype(np.int64)
 
     def compute_geometric(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds on the 32-bit field G within which ``U = (G + V) / 2^32`` (V in [0, 1)) certainly lies in
+        """Bounds on the geometric field G (``U = (G + V) 2^-bits``, V in [0, 1)) between which U certainly lies in
         ``[exp(-(k+1)/t), exp(-k/t))``, i.e. the geometric is ``k``."""
+        scale = 2.0**self.geometric_bits
         upper, lower = np.exp(-k / self.t), np.exp(-(k + 1) / self.t)
-        return (lower + self.margin) * _TWO32, (upper - self.margin) * _TWO32 - 1.0
+        return (lower + self.margin) * scale, (upper - self.margin) * scale - 1.0
 
     def compute_acceptance(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds on the 32-bit field F (bit 31 the sign of ``y``, bits 0-30 the uniform A, ``U = (A + V) / 2^31``)
+        """Bounds on the high 32 bits F (bit 31 the sign of ``y``, bits 0-30 the uniform A, ``U = (A + V) / 2^31``)
         for a certain accept (``F <= yes``) and a certain reject (``F >= no``) of proposal ``y``."""
         negative = y < 0
         magnitude = np.abs(y).astype(np.float64)
         gamma = (magnitude - self.s2 / self.t) ** 2 / (2.0 * self.s2) + np.where(negative, 1.0 / self.t, 0.0)
-        p, sign = np.exp(-gamma), np.where(negative, _TWO31, 0.0)
-        return (p - self.margin) * _TWO31 - 1.0 + sign, (p + self.margin) * _TWO31 + sign
+        p, sign = np.exp(-gamma), np.where(negative, 2.0**31, 0.0)
+        return (p - self.margin) * 2.0**31 - 1.0 + sign, (p + self.margin) * 2.0**31 + sign
 
     def geometric(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`compute_geometric` from the tables where tabulated (every ``k`` a start, below ``length``)."""
+        """`compute_geometric`, from the tables where tabulated."""
         return (self.geo_low[k], self.geo_high[k]) if self.tabulated else self.compute_geometric(k)
 
     def acceptance(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`compute_acceptance` from the tables where tabulated (every ``|y|`` at most ``length``)."""
+        """`compute_acceptance`, from the tables where tabulated."""
         return (self.yes[y], self.no[y]) if self.tabulated else self.compute_acceptance(y)
 
     def acceptance_rate(self) -> float:
-        """About the fraction of proposals kept (it sizes the batches, nothing else), summed over the first 40 t
-        magnitudes."""
-        k = np.arange(math.ceil(40 * self.t))
+        """About the fraction of proposals kept (it sizes the batches, nothing else): summed over the tables, else a
+        little below its limit for large t, ``exp(-1/2) sqrt(pi / 2) = 0.760``."""
+        if not self.tabulated:
+            return 0.75
+        k = np.arange(self.length)
         mass = np.exp(-k / self.t) * -np.expm1(-1.0 / self.t)  # P(G = k)
         kept = np.exp(-((k - self.s2 / self.t) ** 2) / (2.0 * self.s2))
         kept_negative = np.exp(-((k + 1 - self.s2 / self.t) ** 2) / (2.0 * self.s2) - 1.0 / self.t)
         return float((mass * (kept + kept_negative)).sum() / 2.0)
 
 
-def _decide(word: int, start: int, sigma_sq: Fraction, t: int, thresholds: _Thresholds, source: Any) -> int | None:
-    """The proposal of one word, decided exactly (``None``: rejected), for the few that the float bounds left open:
-    the geometric searched from ``start``, then the acceptance, each with more words of the same uniform as needed."""
-    low, high = word & 0xFFFFFFFF, word >> 32
-    lower, upper = thresholds.compute_geometric(np.array([start]))
-    if lower[0] <= low <= upper[0]:
-        k = start
-    else:
-        k = _exact_geometric(_LazyUniform(low, 32, source), t, start)
-    y = k if high < 2**31 else -1 - k
-    yes, no = thresholds.compute_acceptance(np.array([y]))
-    if high <= yes[0]:
-        return y
-    if high >= no[0]:
-        return None
-    return y if _LazyUniform(high & (2**31 - 1), 31, source).below_exp(_exact_gamma(y, sigma_sq, t)) else None
+def _settle(values: np.ndarray, kept: int, pending: np.ndarray, positions: np.ndarray, geo_words: np.ndarray,
+            acc_words: np.ndarray, sigma_sq: Fraction, t: int, bits: int, source: Any) -> np.ndarray:
+    """``values[:kept]`` with the open proposals (word ``pending[i]``, at ``positions[i]`` holding the geometric's
+    start) decided exactly, in order; a rejected one's place is taken by the last value, a reordering that depends
+    only on which proposals were kept, so the draws stay i.i.d."""
+    shift, mask = (11 if bits == 53 else 0), (1 << bits) - 1
+    rejected = []
+    for i, position in zip(pending.tolist(), positions.tolist()):
+        field = (int(geo_words[i]) >> shift) & mask
+        value = _decide((field, bits), int(acc_words[i]) >> 32, int(values[position]), sigma_sq, t, source)
+        if value is None:
+            rejected.append(position)
+        else:
+            values[position] = value
+    for position in reversed(rejected):
+        kept -= 1
+        values[position] = values[kept]
+    return values[:kept]
 
 
-def _proposals(words: np.ndarray, sigma_sq: Fraction, t: int, thresholds: _Thresholds, source: Any) -> np.ndarray:
-    """The kept proposals of one word each, in order (numpy, one pass per operation): bits 0-31 the geometric's
-    uniform G, bit 63 the sign, bits 32-62 the acceptance uniform. A negative proposal is ``-(G + 1)`` and is kept
-    with ``exp(-1/t)`` times the probability, which gives it the discrete Laplace's mass without CKS's redrawn ``-0``."""
-    halves = words.view(np.uint32)
-    low, high = halves[0::2], halves[1::2]
-    g = low.astype(np.float64)
+def _proposals_numpy(geo_words: np.ndarray, acc_words: np.ndarray, sigma_sq: Fraction, t: int,
+                     thresholds: _Thresholds, source: Any) -> np.ndarray:
+    """The kept proposals, in order, by numpy passes: the geometric's field from ``geo_words`` (bits 0-31, or the
+    top 53), the sign and the acceptance's from ``acc_words`` (bits 32-63); a logarithm proposes the geometric."""
+    bits = thresholds.geometric_bits
+    field = geo_words.view(np.uint32)[0::2] if bits == 32 else geo_words >> np.uint64(11)
+    g = field.astype(np.float64)
     start = np.add(g, 0.5)
     np.log(start, out=start)
     np.multiply(start, -t, out=start)
-    np.add(start, t * _LOG_TWO32, out=start)  # t log(2^32 / (G + 1/2)): the geometric's candidate, to be checked
+    np.add(start, t * bits * _LOG_TWO, out=start)  # t log(2^bits / (G + 1/2))
     k = start.astype(np.int64)
     lower, upper = thresholds.geometric(k)
-    unsure_geometric = (g < lower) | (g > upper)
+    high = acc_words.view(np.uint32)[1::2]
     y = np.bitwise_xor(k, high.view(np.int32) >> 31)  # ~k = -(k + 1) where the sign bit is set
-    if unsure_geometric.any():
-        y[unsure_geometric] = 0  # a placeholder within the tables: these are decided by _decide
     f = high.astype(np.float64)
     yes, no = thresholds.acceptance(y)
     accept = f <= yes
-    unsure = ((f < no) ^ accept) | unsure_geometric
-    for i in np.flatnonzero(unsure):
-        value = _decide(int(words[i]), int(k[i]), sigma_sq, t, thresholds, source)
-        accept[i] = value is not None
-        y[i] = 0 if value is None else value
-    return y[accept]
+    unsure = (f < no) ^ accept
+    unsure |= g < lower
+    unsure |= g > upper
+    pending = np.flatnonzero(unsure)
+    if pending.size == 0:
+        return y[accept]
+    y[pending] = k[pending]
+    accept |= unsure
+    values = y[accept]
+    return _settle(values, values.size, pending, np.flatnonzero(unsure[accept]), geo_words, acc_words, sigma_sq, t,
+                   bits, source)
+
+
+def _proposal_loop(words, guide, geo_low, geo_high, yes, no, values, pending, positions):  # noqa: ANN001, ANN201
+    """`_proposals_numpy` for one word per proposal as one loop, compiled by numba, with no logarithm: the
+    geometric starts at ``guide`` of G's top 16 bits, a lower bound, and rises while U is certainly below the next
+    threshold. Writes the kept proposals to ``values`` in order and, for each one left open, its word's index to
+    ``pending``, its place in ``values`` to ``positions`` and the geometric's start to that place. Returns the two
+    counts."""
+    length = geo_low.size
+    kept, waiting = 0, 0
+    for i in range(words.size):
+        word = words[i]
+        field = word & np.uint64(0xFFFFFFFF)
+        g = np.float64(field)
+        k = guide[field >> np.uint64(16)]
+        while k < length - 1 and g <= geo_high[k + 1]:
+            k += 1
+        high = np.int64(word >> np.uint64(32))
+        negative = high >> 31
+        y = k ^ -negative
+        index = y + negative * 2 * length
+        f = np.float64(high)
+        yes_bound = yes[index]
+        if g < geo_low[k] or g > geo_high[k] or (yes_bound < f and f < no[index]):
+            values[kept], pending[waiting], positions[waiting] = k, i, kept
+            kept, waiting = kept + 1, waiting + 1
+        else:  # written always, kept if accepted: no branch on the coin
+            values[kept] = y
+            kept += f <= yes_bound
+    return kept, waiting
+
+
+@functools.cache
+def _compiled_loop() -> Callable[..., tuple[int, int]] | None:
+    """`_proposal_loop` compiled by numba (cached on disk); ``None`` where numba is not installed."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_proposal_loop)
+
+
+def _proposals(count: int, sigma_sq: Fraction, t: int, thresholds: _Thresholds, source: Any) -> np.ndarray:
+    """The kept ones of ``count`` proposals, in order: by the compiled loop where tabulated and numba is there,
+    else by numpy passes (the same draws from the same words)."""
+    if not thresholds.tabulated:
+        geo_words, acc_words = np.split(_words(source, 2 * count), 2)
+        return _proposals_numpy(geo_words, acc_words, sigma_sq, t, thresholds, source)
+    words = _words(source, count)
+    loop = _compiled_loop()
+    if loop is None:
+        return _proposals_numpy(words, words, sigma_sq, t, thresholds, source)
+    values, pending, positions = (np.empty(count, dtype=np.int64) for _ in range(3))
+    kept, waiting = loop(words, thresholds.guide, thresholds.geo_low, thresholds.geo_high, thresholds.yes,
+                         thresholds.no, values, pending, positions)
+    return _settle(values, kept, pending[:waiting], positions[:waiting], words, words, sigma_sq, t, 32, source)
 
 
 def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     """``size`` independent draws of ``N_Z(0, sigma^2)`` (int64) from the words of ``source`` (see the module
     docstring); ``sigma = 0`` gives zeros."""
-    if not (math.isfinite(sigma) and (sigma == 0.0 or sigma >= SMALLEST_SIGMA)):
-        raise ValueError(f"sigma must be 0 or a finite number >= {SMALLEST_SIGMA:g}, got {sigma}")
+    if not (math.isfinite(sigma) and (sigma == 0.0 or SMALLEST_SIGMA <= sigma <= LARGEST_SIGMA)):
+        raise ValueError(f"sigma must be 0 or a number from {SMALLEST_SIGMA:g} to {LARGEST_SIGMA:g}, got {sigma}")
     out = np.zeros(int(size), dtype=np.int64)
     if sigma == 0.0 or size == 0:
         return out
@@ -221,7 +311,7 @@ def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     while filled < out.size:  # i.i.d. proposals in batches; the kept ones, in order, are the draws
         missing = out.size - filled
         batch = math.ceil((missing + 4 * math.sqrt(missing) + 16) / rate)  # a second batch is rare
-        kept = _proposals(_words(source, batch), sigma_sq, t, thresholds, source)[:missing]
+        kept = _proposals(batch, sigma_sq, t, thresholds, source)[:missing]
         out[filled:filled + kept.size] = kept
         filled += kept.size
     return out
