@@ -56,10 +56,15 @@ _GUIDE_BITS = 16
 _LOG_TWO = math.log(2.0)
 
 
+_NATIVE_64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
 def _words(source: Any, count: int) -> np.ndarray:
     """``count`` uniform 64-bit words from a numpy Generator or a ``bytes(count)`` source."""
-    if isinstance(source, np.random.Generator):  # full 64-bit words whatever the bit generator's native width
-        return source.integers(0, 2**64, size=count, dtype=np.uint64)
+    if isinstance(source, np.random.Generator):
+        if isinstance(source.bit_generator, _NATIVE_64):  # its raw words: what integers() below returns, sooner
+            return source.bit_generator.random_raw(count)
+        return source.integers(0, 2**64, size=count, dtype=np.uint64)  # 64-bit words from a 32-bit generator
     return np.frombuffer(source.bytes(8 * count), dtype="<u8")
 
 
@@ -190,10 +195,9 @@ class _Thresholds:
 
 
 def _settle(values: np.ndarray, kept: int, pending: np.ndarray, positions: np.ndarray, geo_words: np.ndarray,
-            acc_words: np.ndarray, sigma_sq: Fraction, t: int, bits: int, source: Any) -> np.ndarray:
-    """``values[:kept]`` with the open proposals (word ``pending[i]``, at ``positions[i]`` holding the geometric's
-    start) decided exactly, in order; a rejected one's place is taken by the last value, a reordering that depends
-    only on which proposals were kept, so the draws stay i.i.d."""
+            acc_words: np.ndarray, sigma_sq: Fraction, t: int, bits: int, source: Any) -> int:
+    """Decides the open proposals in ``values[:kept]`` exactly, in order (word ``pending[i]``, at ``positions[i]``,
+    which holds the geometric's start), and closes the gaps of the rejected ones. Returns the number of values left."""
     shift, mask = (11 if bits == 53 else 0), (1 << bits) - 1
     rejected = []
     for i, position in zip(pending.tolist(), positions.tolist()):
@@ -203,16 +207,17 @@ def _settle(values: np.ndarray, kept: int, pending: np.ndarray, positions: np.nd
             rejected.append(position)
         else:
             values[position] = value
-    for position in reversed(rejected):
-        kept -= 1
-        values[position] = values[kept]
-    return values[:kept]
+    if rejected:  # from the first gap on, rarely far from the end
+        tail = np.delete(values[rejected[0]:kept], np.array(rejected) - rejected[0])
+        values[rejected[0]:rejected[0] + tail.size] = tail
+    return kept - len(rejected)
 
 
 def _proposals_numpy(geo_words: np.ndarray, acc_words: np.ndarray, sigma_sq: Fraction, t: int,
-                     thresholds: _Thresholds, source: Any) -> np.ndarray:
-    """The kept proposals, in order, by numpy passes: the geometric's field from ``geo_words`` (bits 0-31, or the
-    top 53), the sign and the acceptance's from ``acc_words`` (bits 32-63); a logarithm proposes the geometric."""
+                     thresholds: _Thresholds, out: np.ndarray, source: Any) -> int:
+    """Writes the kept proposals to ``out`` in order, up to its size, and returns their number; by numpy passes:
+    the geometric's field from ``geo_words`` (bits 0-31, or the top 53), the sign and the acceptance's from
+    ``acc_words`` (bits 32-63); a logarithm proposes the geometric."""
     bits = thresholds.geometric_bits
     field = geo_words.view(np.uint32)[0::2] if bits == 32 else geo_words >> np.uint64(11)
     g = field.astype(np.float64)
@@ -231,24 +236,28 @@ def _proposals_numpy(geo_words: np.ndarray, acc_words: np.ndarray, sigma_sq: Fra
     unsure |= g < lower
     unsure |= g > upper
     pending = np.flatnonzero(unsure)
-    if pending.size == 0:
-        return y[accept]
     y[pending] = k[pending]
     accept |= unsure
-    values = y[accept]
-    return _settle(values, values.size, pending, np.flatnonzero(unsure[accept]), geo_words, acc_words, sigma_sq, t,
+    values = y[accept][:out.size]
+    positions = np.flatnonzero(unsure[accept])
+    waiting = int(np.searchsorted(positions, values.size))
+    kept = _settle(values, values.size, pending[:waiting], positions[:waiting], geo_words, acc_words, sigma_sq, t,
                    bits, source)
+    out[:kept] = values[:kept]
+    return kept
 
 
 def _proposal_loop(words, guide, geo_low, geo_high, yes, no, values, pending, positions):  # noqa: ANN001, ANN201
     """`_proposals_numpy` for one word per proposal as one loop, compiled by numba, with no logarithm: the
     geometric starts at ``guide`` of G's top 16 bits, a lower bound, and rises while U is certainly below the next
-    threshold. Writes the kept proposals to ``values`` in order and, for each one left open, its word's index to
-    ``pending``, its place in ``values`` to ``positions`` and the geometric's start to that place. Returns the two
-    counts."""
+    threshold. Writes the kept proposals to ``values`` in order until it is full and, for each one left open, its
+    word's index to ``pending``, its place in ``values`` to ``positions`` and the geometric's start to that place.
+    Returns the two counts."""
     length = geo_low.size
     kept, waiting = 0, 0
     for i in range(words.size):
+        if kept == values.size:
+            break
         word = words[i]
         field = word & np.uint64(0xFFFFFFFF)
         g = np.float64(field)
@@ -280,20 +289,20 @@ def _compiled_loop() -> Callable[..., tuple[int, int]] | None:
     return numba.njit(cache=True, nogil=True)(_proposal_loop)
 
 
-def _proposals(count: int, sigma_sq: Fraction, t: int, thresholds: _Thresholds, source: Any) -> np.ndarray:
-    """The kept ones of ``count`` proposals, in order: by the compiled loop where tabulated and numba is there,
-    else by numpy passes (the same draws from the same words)."""
+def _proposals(count: int, sigma_sq: Fraction, t: int, thresholds: _Thresholds, out: np.ndarray, source: Any) -> int:
+    """Writes the kept ones of ``count`` proposals to ``out`` in order, up to its size, and returns their number: by
+    the compiled loop where tabulated and numba is there, else by numpy passes (the same draws from the same words)."""
     if not thresholds.tabulated:
         geo_words, acc_words = np.split(_words(source, 2 * count), 2)
-        return _proposals_numpy(geo_words, acc_words, sigma_sq, t, thresholds, source)
+        return _proposals_numpy(geo_words, acc_words, sigma_sq, t, thresholds, out, source)
     words = _words(source, count)
     loop = _compiled_loop()
     if loop is None:
-        return _proposals_numpy(words, words, sigma_sq, t, thresholds, source)
-    values, pending, positions = (np.empty(count, dtype=np.int64) for _ in range(3))
+        return _proposals_numpy(words, words, sigma_sq, t, thresholds, out, source)
+    pending, positions = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
     kept, waiting = loop(words, thresholds.guide, thresholds.geo_low, thresholds.geo_high, thresholds.yes,
-                         thresholds.no, values, pending, positions)
-    return _settle(values, kept, pending[:waiting], positions[:waiting], words, words, sigma_sq, t, 32, source)
+                         thresholds.no, out, pending, positions)
+    return _settle(out, kept, pending[:waiting], positions[:waiting], words, words, sigma_sq, t, 32, source)
 
 
 def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
@@ -301,9 +310,9 @@ def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     docstring); ``sigma = 0`` gives zeros."""
     if not (math.isfinite(sigma) and (sigma == 0.0 or SMALLEST_SIGMA <= sigma <= LARGEST_SIGMA)):
         raise ValueError(f"sigma must be 0 or a number from {SMALLEST_SIGMA:g} to {LARGEST_SIGMA:g}, got {sigma}")
-    out = np.zeros(int(size), dtype=np.int64)
     if sigma == 0.0 or size == 0:
-        return out
+        return np.zeros(int(size), dtype=np.int64)
+    out = np.empty(int(size), dtype=np.int64)
     sigma_sq, t = Fraction(sigma) ** 2, math.floor(sigma) + 1
     thresholds = _Thresholds(sigma, t, EXP_MARGIN)
     rate = thresholds.acceptance_rate()
@@ -311,9 +320,7 @@ def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     while filled < out.size:  # i.i.d. proposals in batches; the kept ones, in order, are the draws
         missing = out.size - filled
         batch = math.ceil((missing + 4 * math.sqrt(missing) + 16) / rate)  # a second batch is rare
-        kept = _proposals(batch, sigma_sq, t, thresholds, source)[:missing]
-        out[filled:filled + kept.size] = kept
-        filled += kept.size
+        filled += _proposals(batch, sigma_sq, t, thresholds, out[filled:], source)
     return out
 
 
