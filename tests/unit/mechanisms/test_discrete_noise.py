@@ -52,7 +52,7 @@ def test_chi_square_detects_a_wrong_sigma():
     assert chi_square_p(samples, 10.1) < 1e-6
 
 
-@pytest.mark.parametrize("sigma", [0.7, 6.5])
+@pytest.mark.parametrize("sigma", [0.7, 1.3, 6.5])  # t = 1, 3/2 (a fraction), 7
 def test_exact_path_alone_against_exact_pmf(sigma, monkeypatch):
     """With a margin of 1 no float decides anything: every comparison is the rational one, from a CSPRNG stream;
     about half the proposals are rejected there, each replaced by the last value kept: no serial correlation."""
@@ -79,7 +79,7 @@ def test_chi_square_over_sigmas(sigma):
 
 def kept_proposals(sigma: float, count: int, margin: float) -> tuple[np.ndarray, int]:
     """The kept ones of ``count`` proposals from seed 7's words, and the generator's next word after them."""
-    t, rng = math.floor(sigma) + 1, np.random.default_rng(7)
+    t, rng = discrete_noise._scale(sigma), np.random.default_rng(7)
     out = np.empty(count, dtype=np.int64)
     kept = discrete_noise._proposals(count, Fraction(sigma) ** 2, t, _Thresholds(sigma, t, margin), out, rng)
     return out[:kept], int(rng.bit_generator.random_raw())
