@@ -1,34 +1,35 @@
 """Exact discrete Gaussian noise from uniform 64-bit words (Canonne, Kamath, Steinke, NeurIPS 2020).
 
 ``N_Z(0, sigma^2)`` puts mass ``exp(-x^2 / (2 sigma^2)) / Z`` on every integer ``x``. The sampler is CKS's
-Algorithm 3: propose ``Y`` from the discrete Laplace with scale ``t = floor(sigma) + 1`` and keep it with probability
-``exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))``. ``sigma^2`` is the exact square of the float ``sigma`` given. The
-proposal is a sign and a geometric ``G = max{k : U < exp(-k/t)}`` (``P(G >= k) = exp(-k/t)``): ``Y = G`` or
-``Y = -(G + 1)``, the negative one kept with ``exp(-1/t)`` times the probability above, which gives every ``Y`` the
-discrete Laplace's mass ``exp(-|Y|/t)`` up to one constant without CKS's redrawn ``-0`` (Algorithm 2).
+Algorithm 3: propose ``Y`` from the discrete Laplace with scale ``t`` and keep it with probability
+``exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))``; any ``t > 0`` gives ``N_Z(0, sigma^2)``: CKS's ``floor(sigma) + 1``, and
+below sigma 4 the multiple of 1/8 that keeps the most proposals (`_scale`). ``sigma^2`` is the exact square of the
+float ``sigma`` given. The proposal is a sign and a geometric ``G = max{k : U < exp(-k/t)}`` (``P(G >= k) =
+exp(-k/t)``): ``Y = G`` or ``Y = -(G + 1)``, the negative one kept with ``exp(-1/t)`` times the probability above,
+which gives every ``Y`` the discrete Laplace's mass ``exp(-|Y|/t)`` up to one constant without CKS's redrawn ``-0``.
 
 Every decision compares a uniform real ``U`` in [0, 1) with ``exp(-gamma)`` for an exact rational ``gamma``, and is
 made *exactly*:
 
 * a proposal takes one 64-bit word: bits 0-31 are the geometric's uniform, bit 63 the sign, bits 32-62 the
-  acceptance's uniform (for ``t`` above about 5,700, two words: the geometric's uniform is a word's top 53 bits).
-  A uniform read from ``b`` bits is known to lie in an interval of width ``2^-b``;
-* where that interval lies more than `EXP_MARGIN` (2^-40) away from the float64 value of the threshold(s), the float
-  decides: float64 ``exp`` is accurate to a few units in the last place, and every rounding in the bounds to
-  about 2^-50 absolute, a thousand times below the margin. The thresholds ``exp(-k/t)`` and the acceptance
-  probabilities are tabulated once per call; a logarithm or a guide table of G's top 16 bits only proposes the
-  geometric's value, which the thresholds then confirm;
-* otherwise (about ``t 2^-28`` of the proposals with one word, ``t 2^-35`` with two, plus ``2^-30`` for the
-  acceptance) the same ``U`` is extended by further 64-bit words and compared again, with a float while it is far
-  from the threshold and with rational bounds on ``exp(-gamma)`` (alternating Taylor series in
+  acceptance's uniform (for ``t`` above 5,723, two words: the geometric's uniform is a word's top 53 bits). A
+  uniform read from ``b`` bits is known to lie in an interval of width ``2^-b``;
+* where that interval lies more than `EXP_MARGIN` (2^-40) away from the float64 value of the threshold, the float
+  decides: float64 ``exp`` is accurate to a few units in the last place, and every rounding in the bounds to about
+  2^-50 absolute, a thousand times below the margin. The thresholds ``exp(-k/t)`` and the acceptance probabilities
+  are tabulated once per call; a guide table of G's top 16 bits (or a logarithm) only proposes the geometric's
+  value, which the thresholds then confirm;
+* otherwise (about ``4e-9 t`` of the proposals with one word, 4e-6 at sigma 1000, ``7e-11 t`` with two, and
+  ``5e-10`` for the acceptance) the same ``U`` is extended by further 64-bit words and compared again, with a float
+  while it is far from the threshold and with rational bounds on ``exp(-gamma)`` (alternating Taylor series in
   ``fractions.Fraction``) until the comparison is decided: no rounding ever decides an outcome.
 
-The per-proposal loop is compiled by numba where it is installed (``cache=True``: a fresh install compiles it on
-its first call, in a few seconds); otherwise numpy makes the same decisions pass by pass, slower, with the same
-draws. The words come from a source passed in: a ``numpy.random.Generator`` (64-bit words from its bit generator:
-seeded runs repeat) or any object with ``bytes(count)`` such as ``privsilo.protocols.crypto_random.CryptoRandom`` (a
-CSPRNG). Not constant-time: the number of words drawn depends on the outcome (Jin et al., S&P 2022 time such
-samplers).
+The per-proposal loop is compiled by numba (``cache=True``: a fresh install compiles it on its first call, in a
+few seconds; a new process loads it from the cache in about half a second); without numba, numpy makes the same
+decisions pass by pass, three times slower, with the same draws. The words come from a source passed in: a
+``numpy.random.Generator`` (64-bit words from its bit generator: seeded runs repeat) or any object with
+``bytes(count)`` such as ``privsilo.protocols.crypto_random.CryptoRandom`` (a CSPRNG). Not constant-time: the number
+of words drawn depends on the outcome (Jin et al., S&P 2022 time such samplers).
 """
 from __future__ import annotations
 
@@ -43,19 +44,17 @@ EXP_MARGIN = 2.0**-40
 """Absolute distance from a float64 threshold within which floats decide nothing."""
 
 TABLE_LIMIT = 2**17
-"""The most entries of a threshold table: up to t = 5,721 one word per proposal and tables; above, two words and
+"""The most entries of a threshold table: up to t = 5,723 one word per proposal and tables; above, two words and
 thresholds computed per proposal."""
 
 SMALLEST_SIGMA = 1e-100
 """The smallest positive sigma taken: the float64 bounds square sigma, which underflows to 0 near 1e-162."""
 
 LARGEST_SIGMA = 1e15
-"""The largest sigma taken: the draws and the geometric's values stay far inside int64 (and below 2^53)."""
+"""The largest sigma taken: the draws and the geometric's values (below 37 t) stay far inside int64."""
 
 _GUIDE_BITS = 16
 _LOG_TWO = math.log(2.0)
-
-
 _NATIVE_64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
