@@ -206,6 +206,15 @@ def _scale(sigma: float) -> Fraction:
     return max((Fraction(j, 8) for j in range(1, 41)), key=lambda t: _acceptance_rate(sigma, float(t)))
 
 
+@functools.lru_cache(maxsize=4)
+def _setting(sigma: float, margin: float) -> tuple[Fraction, _Thresholds, float]:
+    """The scale, the bounds and the acceptance rate for ``sigma``, kept for the next calls (a silo draws at one
+    sigma every round; the tables take milliseconds to build, up to 6.5 MB)."""
+    t = _scale(sigma)
+    thresholds = _Thresholds(sigma, t, margin)
+    return t, thresholds, thresholds.acceptance_rate()
+
+
 def _settle(values: np.ndarray, kept: int, pending: np.ndarray, positions: np.ndarray, geo_words: np.ndarray,
             acc_words: np.ndarray, sigma_sq: Fraction, t: Fraction, bits: int, source: Any) -> int:
     """Decides the open proposals in ``values[:kept]`` exactly, in order (word ``pending[i]``, at ``positions[i]``,
@@ -326,9 +335,8 @@ def discrete_gaussian(sigma: float, size: int, source: Any) -> np.ndarray:
     if sigma == 0.0 or size == 0:
         return np.zeros(int(size), dtype=np.int64)
     out = np.empty(int(size), dtype=np.int64)
-    sigma_sq, t = Fraction(sigma) ** 2, _scale(sigma)
-    thresholds = _Thresholds(sigma, t, EXP_MARGIN)
-    rate = thresholds.acceptance_rate()
+    sigma_sq = Fraction(sigma) ** 2
+    t, thresholds, rate = _setting(sigma, EXP_MARGIN)
     filled = 0
     while filled < out.size:  # i.i.d. proposals in batches; the kept ones, in order, are the draws
         missing = out.size - filled
