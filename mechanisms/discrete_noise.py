@@ -103,7 +103,7 @@ class _LazyUniform:
             return True
         threshold = math.exp(-float(gamma))  # within 2^-49 of exp(-gamma): float(gamma) errs by gamma 2^-53
         while True:
-            low, width = math.ldexp(self.numerator, -self.bits), math.ldexp(1.0, -self.bits)
+            low, width = self.numerator / (1 << self.bits), 2.0**-self.bits  # no overflow at any length
             if low + width <= threshold - EXP_MARGIN:
                 return True
             if low >= threshold + EXP_MARGIN:
