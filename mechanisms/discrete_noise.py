@@ -144,7 +144,7 @@ def _decide(geometric: tuple[int, int], high: int, start: int, sigma_sq: Fractio
 class _Thresholds:
     """The float64 bounds that decide a proposal where they can, in the integer units of the word's bit fields;
     each includes the margin and the width of the uniform's interval. Tabulated by index (with a guide to the
-    geometric) where the geometric's values from a 32-bit field fit `TABLE_LIMIT` entries, computed per draw else."""
+    geometric) where the geometric's values from a 32-bit field fit `TABLE_LIMIT` entries, else computed per draw."""
 
     def __init__(self, sigma: float, t: Fraction, margin: float) -> None:
         self.t, self.s2, self.margin = float(t), sigma * sigma, margin

@@ -5,6 +5,7 @@ correct sampler fails one of them with probability 1e-4 (the threshold), so the 
 probability at most 1.3e-3.
 """
 import math
+import sys
 from fractions import Fraction
 
 import mpmath
@@ -107,6 +108,18 @@ def test_compiled_loop_and_numpy_passes_draw_the_same(sigma, monkeypatch):
     monkeypatch.setattr(discrete_noise, "_compiled_loop", lambda: None)
     assert np.array_equal(compiled, discrete_gaussian(sigma, 50_000, np.random.default_rng(11)))
     assert np.array_equal(crypto, discrete_gaussian(sigma, 5_000, seeded_for_tests(11)))
+
+
+def test_without_numba_the_numpy_passes_stand_in(monkeypatch):
+    """Where ``import numba`` fails the sampler runs on, with the draws the compiled loop makes."""
+    compiled = discrete_gaussian(10.0, 2000, np.random.default_rng(3))
+    monkeypatch.setitem(sys.modules, "numba", None)  # the import raises ImportError
+    discrete_noise._compiled_loop.cache_clear()
+    try:
+        assert discrete_noise._compiled_loop() is None
+        assert np.array_equal(compiled, discrete_gaussian(10.0, 2000, np.random.default_rng(3)))
+    finally:
+        discrete_noise._compiled_loop.cache_clear()
 
 
 def test_a_tiny_sigma_gives_zeros_even_when_every_comparison_is_exact(monkeypatch):
