@@ -234,7 +234,8 @@ def test_silos_and_server_recover_the_mean_update() -> None:
     # gamma / 2 in standard deviation), un-rotated (orthonormal) and divided by N = 3
     per_coordinate = math.hypot(params.noise_multiplier * params.clip_norm, math.sqrt(3) * setting.gamma / 2) / 3
     assert 0.8 < np.linalg.norm(error) / (per_coordinate * math.sqrt(start.size)) < 1.2
-    assert np.linalg.norm(error) < 0.1 * np.linalg.norm(np.mean(clipped, axis=0))
+    # the predicted error is 0.102 of the mean here (0.122 at the bound above): the mean update stands out
+    assert np.linalg.norm(error) < 0.15 * np.linalg.norm(np.mean(clipped, axis=0))
 
 
 def test_params_refuse_what_distributed_noise_does_not_cover() -> None:

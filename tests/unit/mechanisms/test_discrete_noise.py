@@ -1,10 +1,11 @@
 """The exact discrete Gaussian sampler against the exact pmf (Canonne, Kamath, Steinke 2020).
 
 Each chi-square test uses a fixed seed, so it passes or fails the same way every run; over the choice of seed a
-correct sampler fails one of them with probability 1e-4 (the threshold), so the five below together with
-probability at most 5e-4.
+correct sampler fails one of them with probability 1e-4 (the threshold), so the thirteen below together with
+probability at most 1.3e-3.
 """
 import math
+import sys
 from fractions import Fraction
 
 import mpmath
@@ -13,7 +14,7 @@ import pytest
 from scipy import stats
 
 from privsilo.mechanisms import discrete_noise
-from privsilo.mechanisms.discrete_noise import _exp_bounds, discrete_gaussian, discrete_gaussian_pmf
+from privsilo.mechanisms.discrete_noise import _exp_bounds, _Thresholds, discrete_gaussian, discrete_gaussian_pmf
 from privsilo.protocols.crypto_random import seeded_for_tests
 
 P_MIN = 1e-4
@@ -52,12 +53,80 @@ def test_chi_square_detects_a_wrong_sigma():
     assert chi_square_p(samples, 10.1) < 1e-6
 
 
-@pytest.mark.parametrize("sigma", [0.7, 6.5])
+@pytest.mark.parametrize("sigma", [0.7, 1.3, 6.5])  # t = 1, 3/2 (a fraction), 7
 def test_exact_path_alone_against_exact_pmf(sigma, monkeypatch):
-    """With a margin of 1 no float decides anything: every comparison is the rational one, from a CSPRNG stream."""
+    """With a margin of 1 no float decides anything: every comparison is the rational one, from a CSPRNG stream;
+    about half the proposals are rejected there, each replaced by the last value kept: no serial correlation."""
     monkeypatch.setattr(discrete_noise, "EXP_MARGIN", 1.0)
     samples = discrete_gaussian(sigma, 3000, seeded_for_tests(int(10 * sigma)))
     assert chi_square_p(samples, sigma, min_expected=10.0) > P_MIN
+    assert abs(np.corrcoef(samples[:-1], samples[1:])[0, 1]) < 4 / math.sqrt(samples.size)
+
+
+# The sampler's switch points: t = floor(sigma) + 1 tabulated with one word per proposal up to 5,723, two words
+# and per-draw thresholds from 5,724; small, non-integer and huge sigmas besides (a tiny one below).
+SIGMAS = [0.3, 2.5, 7.77, 5722.9, 5723.0, 54321.5]
+
+
+def test_the_switch_points_are_where_the_sigmas_above_say():
+    assert _Thresholds(5722.9, 5723, 2.0**-40).tabulated and not _Thresholds(5723.0, 5724, 2.0**-40).tabulated
+
+
+@pytest.mark.parametrize("sigma", SIGMAS)
+def test_chi_square_over_sigmas(sigma):
+    samples = discrete_gaussian(sigma, 100_000, np.random.default_rng(round(100 * sigma)))
+    assert chi_square_p(samples, sigma) > P_MIN
+
+
+def kept_proposals(sigma: float, count: int, margin: float) -> tuple[np.ndarray, int]:
+    """The kept ones of ``count`` proposals from seed 7's words, and the generator's next word after them."""
+    t, rng = discrete_noise._scale(sigma), np.random.default_rng(7)
+    out = np.empty(count, dtype=np.int64)
+    kept = discrete_noise._proposals(count, Fraction(sigma) ** 2, t, _Thresholds(sigma, t, margin), out, rng)
+    return out[:kept], int(rng.bit_generator.random_raw())
+
+
+@pytest.mark.parametrize("sigma", [0.3, 1.0, 10.0, 1000.0, 5722.9, 5723.0])
+def test_floats_decide_as_the_exact_comparisons_do(sigma, monkeypatch):
+    """A float decides only far from the threshold, where the exact comparison of the same uniform agrees, and
+    either draws more words only where the uniform's first bits straddle the exact threshold: proposal by
+    proposal, the default margin keeps what no float deciding at all keeps, from the same words."""
+    count = 600 if sigma < 1000 else 80
+    floats = kept_proposals(sigma, count, discrete_noise.EXP_MARGIN)
+    monkeypatch.setattr(discrete_noise, "EXP_MARGIN", 1.0)
+    exact = kept_proposals(sigma, count, 1.0)
+    assert np.array_equal(floats[0], exact[0]) and floats[1] == exact[1]
+
+
+@pytest.mark.parametrize("sigma", [1e-100, 0.3, 1.0, 10.0, 1000.0, 5722.9, 5723.0])
+def test_compiled_loop_and_numpy_passes_draw_the_same(sigma, monkeypatch):
+    """numba is installed (a dependency) and its loop makes the same draws as the numpy passes that stand in
+    where it is missing, from numpy words and from a CSPRNG stream (read-only words)."""
+    assert discrete_noise._compiled_loop() is not None
+    compiled = discrete_gaussian(sigma, 50_000, np.random.default_rng(11))
+    crypto = discrete_gaussian(sigma, 5_000, seeded_for_tests(11))
+    monkeypatch.setattr(discrete_noise, "_compiled_loop", lambda: None)
+    assert np.array_equal(compiled, discrete_gaussian(sigma, 50_000, np.random.default_rng(11)))
+    assert np.array_equal(crypto, discrete_gaussian(sigma, 5_000, seeded_for_tests(11)))
+
+
+def test_without_numba_the_numpy_passes_stand_in(monkeypatch):
+    """Where ``import numba`` fails the sampler runs on, with the draws the compiled loop makes."""
+    compiled = discrete_gaussian(10.0, 2000, np.random.default_rng(3))
+    monkeypatch.setitem(sys.modules, "numba", None)  # the import raises ImportError
+    discrete_noise._compiled_loop.cache_clear()
+    try:
+        assert discrete_noise._compiled_loop() is None
+        assert np.array_equal(compiled, discrete_gaussian(10.0, 2000, np.random.default_rng(3)))
+    finally:
+        discrete_noise._compiled_loop.cache_clear()
+
+
+def test_a_tiny_sigma_gives_zeros_even_when_every_comparison_is_exact(monkeypatch):
+    """At sigma 1e-100 a proposal +-1 has gamma near 5e199: the exact test must reject it without expanding
+    exp(-gamma) (it is below 2^-bits once gamma >= bits)."""
+    monkeypatch.setattr(discrete_noise, "EXP_MARGIN", 1.0)
+    assert not discrete_gaussian(1e-100, 2000, np.random.default_rng(2)).any()
 
 
 def test_exp_bounds_bracket_exp():
@@ -79,7 +148,7 @@ def test_same_seed_same_draws_and_sources():
 
 def test_zero_sigma_and_bad_sigma():
     assert not discrete_gaussian(0.0, 10, np.random.default_rng(0)).any()
-    for bad in (-1.0, math.inf, math.nan, 1e-170):  # 1e-170: its square underflows float64
+    for bad in (-1.0, math.inf, math.nan, 1e-170, 1e16):  # 1e-170: its square underflows float64; 1e16: int64
         with pytest.raises(ValueError, match="sigma"):
             discrete_gaussian(bad, 10, np.random.default_rng(0))
 
