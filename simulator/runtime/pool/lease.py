@@ -16,7 +16,8 @@ Two pools share this interface (:class:`WorkerPool`); :func:`privsilo.simulator.
 
 So that a pool never holds resources a run needs, the idle actors a lease does not take are stopped before new
 ones start, unless the new ones fit beside them (a session's pool keeps up to `SPARE_ACTORS` such actors for a
-later run of their shape); a run that still waits for its actors has every idle actor stopped.
+later run of their shape); a run that still waits for its actors (in a session's pool: for `SLOW_START_S`, since
+starting torch processes takes seconds) has every idle actor stopped.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 RELEASE_TIMEOUT_S = 60
 SPARE_ACTORS = 6  # idle actors of other shapes a session's pool keeps beside a lease's (each holds torch: memory)
+SLOW_START_S = 30.0  # a session's run whose new actors are not ready by then has the idle actors stopped
 WAIT_STEP_S = 2.0  # how often a run waiting for its actors asks who holds the pool's actors
 
 
@@ -163,6 +165,7 @@ class SessionPool(WorkerPool):
         self._lock = threading.Lock()
         self._session: tuple[str, str] | None = None
         self._idle: list[tuple[ActorShape, Any]] = []
+        self._waiting_since: float | None = None
 
     def lease(self, counts: Mapping[ActorShape, int]) -> dict[ActorShape, list[Any]]:
         import ray
@@ -184,6 +187,18 @@ class SessionPool(WorkerPool):
         for shape, count in counts.items():
             taken[shape] += [start_actor(shape) for _ in range(count - len(taken[shape]))]
         return taken
+
+    def others(self, *, waiting: bool) -> list[dict[str, Any]]:
+        """As the base class, but the idle actors are stopped only once a run waited `SLOW_START_S`: a lease keeps
+        them only where its new actors fit beside them, so a shorter wait is the new actors' start-up."""
+        now = time.monotonic()
+        if not waiting:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = now
+        elif now - self._waiting_since >= SLOW_START_S:
+            self.stop_idle()
+        return []
 
     def _keep(self, shape: ActorShape, healthy: list[Any], broken: list[Any]) -> None:
         with self._lock:
