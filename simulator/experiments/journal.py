@@ -24,6 +24,7 @@ from privsilo.simulator.scenario import Scenario
 
 RUNS_FILE = "runs.jsonl"
 RECORDS_FILE = "records.npz"
+EARLIER_RECORDS_FILE = "rpdp_records.npz"  # the name before mechanisms kept their own records: still read
 UNFINISHED_SUFFIX = ".unfinished"
 
 
@@ -88,8 +89,8 @@ class SweepJournal:
             staging.replace(self.path / RECORDS_FILE)
 
     def load_records(self, key: str) -> dict[str, np.ndarray] | None:
-        file = self.path / RECORDS_FILE
-        if not file.is_file():
+        file = next((f for f in (self.path / RECORDS_FILE, self.path / EARLIER_RECORDS_FILE) if f.is_file()), None)
+        if file is None:
             return None
         with np.load(file) as data:
             if str(data["key"]) != key:

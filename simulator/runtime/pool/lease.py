@@ -15,8 +15,8 @@ Two pools share this interface (:class:`WorkerPool`); :func:`privsilo.simulator.
   closes the session it opened) are forgotten, not reused.
 
 So that a pool never holds resources a run needs, the idle actors a lease does not take are stopped before new
-ones start, unless the new ones fit beside them (a session's pool keeps up to `SPARE_ACTORS` such actors for a
-later run of their shape); a run that still waits for its actors (in a session's pool: for `SLOW_START_S`, since
+ones start, unless the new ones certainly fit beside them (a session's pool on one node, CPUs only, keeps up to
+`SPARE_ACTORS` such actors for a later run of their shape); a run that still waits for its actors (in a session's pool: for `SLOW_START_S`, since
 starting torch processes takes seconds) has every idle actor stopped.
 """
 from __future__ import annotations
@@ -180,7 +180,9 @@ class SessionPool(WorkerPool):
                 else:
                     spare.append((shape, handle))
             new = {shape: count - len(taken[shape]) for shape, count in counts.items()}
-            kept = spare[-SPARE_ACTORS:] if _fits(new, ray.available_resources()) else []
+            room = _room_beside(new, [shape for shape, _ in spare], free=ray.available_resources(),
+                                nodes=sum(node["Alive"] for node in ray.nodes()))
+            kept = spare[-SPARE_ACTORS:] if room else []
             self._idle = kept
         for _, handle in spare[:len(spare) - len(kept)]:
             ray.kill(handle)
@@ -223,11 +225,13 @@ class SessionPool(WorkerPool):
             self._session, self._idle = session, []
 
 
-def _fits(new: Mapping[ActorShape, int], free: Mapping[str, float]) -> bool:
-    """Whether ``new`` actors (count by shape) fit into the ``free`` resources of the session as they are."""
-    cpus = sum(shape.num_cpus * count for shape, count in new.items())
-    gpus = sum(shape.num_gpus * count for shape, count in new.items())
-    return cpus <= free.get("CPU", 0.0) + 1e-9 and gpus <= free.get("GPU", 0.0) + 1e-9
+def _room_beside(new: Mapping[ActorShape, int], spare: Sequence[ActorShape], *, free: Mapping[str, float], nodes: int) -> bool:
+    """Whether ``new`` actors (count by shape) certainly fit beside idle ``spare`` ones in the ``free`` resources:
+    only on one node (several split the free CPUs between them) and with no GPU share on either side (a share must
+    fit on one GPU, which the free total does not tell, and an idle actor keeps its CUDA memory)."""
+    if nodes != 1 or any(shape.num_gpus for shape in [*new, *spare]):
+        return False
+    return sum(shape.num_cpus * count for shape, count in new.items()) <= free.get("CPU", 0.0) + 1e-9
 
 
 POOL = SessionPool()

@@ -157,3 +157,52 @@ def test_a_32_bit_bit_generator_gets_full_64_bit_words():
     """MT19937's native words are 32 bits; the sampler must still see 64-bit uniforms (a chi-square at sigma 10)."""
     draws = discrete_gaussian(10.0, 200_000, np.random.Generator(np.random.MT19937(1)))
     assert chi_square_p(draws, 10.0) > P_MIN
+
+
+@pytest.mark.parametrize("sigma", [0.3, 1.0, 10.0, 100.0])
+def test_every_tabulated_bound_is_certified_against_mpmath(sigma):
+    """Off-by-one errors in the tables change probabilities by about 2^-31, which no chi-square sees: every field
+    value a table decides must decide as exp at 140 bits does. Geometric: a 32-bit field g in [ceil(low_k),
+    floor(high_k)] puts U in [g, g + 1) 2^-32 inside [exp(-(k+1)/t), exp(-k/t)). Acceptance: a 31-bit field A at or
+    below ``yes`` puts U = [A, A + 1) 2^-31 below the proposal's keep probability, one at or above ``no`` above it."""
+    mpmath.mp.prec = 140
+    t = discrete_noise._scale(sigma)
+    table = _Thresholds(sigma, t, discrete_noise.EXP_MARGIN)
+    square = Fraction(sigma) ** 2
+    exact_t, s2 = mpmath.mpf(t.numerator) / t.denominator, mpmath.mpf(square.numerator) / square.denominator
+    two32, two31 = mpmath.mpf(2) ** 32, mpmath.mpf(2) ** 31
+    wrong = []
+    for k in range(table.length):
+        low, high = math.ceil(table.geo_low[k]), math.floor(table.geo_high[k])
+        if low <= high and not (low >= mpmath.exp(-(k + 1) / exact_t) * two32 and high + 1 <= mpmath.exp(-k / exact_t) * two32):
+            wrong.append(("geometric", k, low, high))
+    for index in range(2 * table.length):
+        y = index if index < table.length else index - 2 * table.length
+        keep = two31 * mpmath.exp(-((abs(y) - s2 / exact_t) ** 2) / (2 * s2) - (1 / exact_t if y < 0 else 0))
+        sign = 2**31 if y < 0 else 0
+        yes, no = math.floor(table.yes[index]) - sign, math.ceil(table.no[index]) - sign
+        if (yes >= 0 and yes + 1 > keep) or (no <= 2**31 - 1 and no < keep):
+            wrong.append(("acceptance", y, yes, no))
+    assert not wrong, wrong[:5]
+
+
+def test_a_lazy_uniform_decides_exactly_where_the_floats_cannot():
+    """U's first bits straddling exp(-gamma) (within one unit of it): the answer, after drawing more words of the same
+    uniform as needed, agrees with exp at 600 bits on the whole interval U is then known to lie in."""
+    mpmath.mp.prec = 600
+    rng, choose = np.random.default_rng(5), np.random.default_rng(3)
+    extended = 0
+    for _ in range(400):
+        gamma = Fraction(int(choose.integers(1, 10**6)), int(choose.integers(1, 10**5)))
+        gamma = gamma if gamma <= 60 else gamma / 100
+        bits = int(choose.choice([31, 32, 53]))
+        exact = mpmath.exp(-mpmath.mpf(gamma.numerator) / gamma.denominator)
+        numerator = int(mpmath.floor(exact * 2**bits)) + int(choose.integers(-1, 2))
+        if not 0 <= numerator < 2**bits:
+            continue
+        uniform = discrete_noise._LazyUniform(numerator, bits, rng)
+        below = uniform.below_exp(gamma)
+        extended += uniform.bits > bits
+        low = mpmath.mpf(uniform.numerator) / mpmath.mpf(2) ** uniform.bits
+        assert (low + mpmath.mpf(2) ** -uniform.bits <= exact) if below else (low >= exact), (gamma, bits)
+    assert extended > 100  # the straddling cases did need further words
