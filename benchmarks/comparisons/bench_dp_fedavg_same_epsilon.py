@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.comparisons.bench_dp_fedavg_vs_flower import refuse_invalid  # noqa: E402
 from benchmarks.comparisons.bench_vs_flower import fmt_load  # noqa: E402
 from benchmarks.support.workload import CPUS  # noqa: E402
 
@@ -111,8 +112,11 @@ def main() -> None:
     import privsilo.simulator  # noqa: F401  (Ray environment)
     from privsilo.mechanisms.accounting import schedule_epsilon
 
-    load_before = os.getloadavg()
     fedavg = {"name": "dp_fedavg", "clip_norm": args.clip_norm, "delta": args.delta}
+    for mechanism, secure in (({**fedavg, "noise": "distributed", "noise_multiplier": args.noise_multiplier}, True),
+                              ({"name": "dp_sgd", "max_grad_norm": args.clip_norm, "delta": args.delta}, True)):
+        refuse_invalid(scenario(args, args.seeds[0], mechanism, secure_aggregation=secure))
+    load_before = os.getloadavg()
     results: dict[str, list[dict]] = {side: [] for side in SIDES}
     for seed in args.seeds:  # the distributed side first: its epsilon is the target
         raw = scenario(args, seed, {**fedavg, "noise": "distributed", "noise_multiplier": args.noise_multiplier},

@@ -59,6 +59,18 @@ def dp_fedavg_scenario(args: argparse.Namespace, seed: int, mechanism: dict) -> 
     return raw
 
 
+def refuse_invalid(raw: dict) -> None:
+    """Exit with status 2 and the scenario's one-line error where a flag makes the scenario invalid."""
+    from privsilo.simulator.errors import PrivsiloError
+    from privsilo.simulator.scenario import validate_scenario
+
+    try:
+        validate_scenario(raw)
+    except PrivsiloError as error:
+        print(f"{Path(sys.argv[0]).stem}: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 def privsilo_run(raw: dict) -> dict:
     """One privsilo run in this interpreter: each round's test accuracy, the privacy report and the wall seconds."""
     from privsilo.simulator.engine import run
@@ -106,6 +118,7 @@ def main() -> None:
 
     mechanism = {"name": "dp_fedavg", "noise_multiplier": args.noise_multiplier, "clip_norm": args.clip_norm,
                  "delta": args.delta}
+    refuse_invalid(dp_fedavg_scenario(args, args.seeds[0], mechanism))
     load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_dp_fedavg_") as tmp:
