@@ -122,11 +122,12 @@ class CountingFedAvg(FedAvg):
 
 def strategy_for(silos: int, dp: argparse.Namespace) -> tuple[CountingFedAvg, object]:
     """FedAvg over every silo weighted by record counts or, with ``dp.noise_multiplier`` set, Flower's central DP
-    wrapper around FedAvg with equal weights on a sample of int(``dp.client_rate`` * silos); (the counter, the strategy)."""
+    wrapper around FedAvg with equal weights on a sample of max(1, int(``dp.client_rate`` * silos)); (the counter,
+    the strategy)."""
     if dp.noise_multiplier is None:
         counting = CountingFedAvg(silos=silos, fraction_train=1.0, fraction_evaluate=0.0)
         return counting, counting
-    sampled = int(silos * dp.client_rate)  # FedAvg's own sample size (at least min_train_nodes = 1 here)
+    sampled = max(int(silos * dp.client_rate), 1)  # FedAvg's own sample size, at least min_train_nodes = 1
     counting = CountingFedAvg(silos=sampled, fraction_train=dp.client_rate, fraction_evaluate=0.0, min_train_nodes=1,
                               min_available_nodes=silos, weighted_by_key="unit-weight")
     return counting, DifferentialPrivacyServerSideFixedClipping(counting, dp.noise_multiplier, dp.clip_norm, sampled)
