@@ -17,9 +17,10 @@ contributes (a whole client); for ``dp_sgd`` it protects one record of one silo,
 data as a whole. Same seed, same split, initial weights and silo generators on every side.
 
 Defaults (digits, 10 IID silos, the MLP 64-128-10, 20 local SGD steps of batch 32 at lr 0.1, 10 rounds, C = 1, z =
-1, delta 1e-5, seeds 0 1 2) take a few minutes on 2 shared cores; ``--dataset mnist --silos 100`` is MNIST with 100
-silos (``privsilo data fetch mnist`` first); ``--others central`` leaves ``dp_sgd`` out (the distributed side
-always runs: it sets E).
+1, delta 1e-5, seeds 0 1 2) take about 4 minutes on 2 shared cores; ``--dataset mnist --silos 100 --rounds 20
+--local-steps 10 --noise-multiplier 2`` is MNIST with 100 silos (``privsilo data fetch mnist`` first; about 13
+minutes). The table's last column is the median wall time of a run (the process's first run includes starting
+Ray). ``--others central`` leaves ``dp_sgd`` out (the distributed side always runs: it sets E).
 
     python -m benchmarks.comparisons.bench_dp_fedavg_same_epsilon [--seeds 0 1 2] [--noise-multiplier 1] [--clip-norm 1]
         [--dataset digits] [--silos 10] [--model mlp_128] [--rounds 10] [--local-steps 20] [--batch-size 32] [--lr 0.1]
