@@ -44,7 +44,7 @@ from benchmarks.comparisons.reference_fedavg import fedavg_accuracies
 from benchmarks.support.workload import CPUS, SILOS, fedavg_scenario
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parent.parent
 DEFAULT_FLOWER_PYTHON = os.environ.get("FLOWER_VENV", "/tmp/privsilo-flower-venv") + "/bin/python"
 DEFAULT_PFL_PYTHON = os.environ.get("PFL_VENV", "/tmp/privsilo-pfl-venv") + "/bin/python"
 ENVIRONMENTS = {"flower": "benchmarks/comparisons/flower_env.sh", "pfl": "benchmarks/comparisons/pfl_env.sh"}

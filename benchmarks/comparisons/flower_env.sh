@@ -6,7 +6,7 @@
 #
 #     bash benchmarks/comparisons/flower_env.sh            # then: python -m benchmarks.comparisons.bench_vs_flower
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV="${FLOWER_VENV:-/tmp/privsilo-flower-venv}"
 # flwr 1.42 needs a certifi release newer than the registry serves here; 1.41 is the newest that installs.
 FLWR_VERSION="${FLWR_VERSION:-1.41.0}"

@@ -10,13 +10,21 @@ models weighted by the silos' record counts; the server evaluates the global mod
 round. Writes the final test accuracy, the rounds' wall time and the number of rounds in which every silo's
 reply arrived as JSON to ``--result``.
 
+With ``--noise-multiplier Z --clip-norm C`` (``bench_dp_fedavg_vs_flower.py``) the FedAvg strategy, averaging the
+silos with equal weights, is wrapped in Flower's ``DifferentialPrivacyServerSideFixedClipping``: the server clips
+each silo's model delta to C and adds N(0, (Z C / m)^2) to the average of the m sampled silos' models, m =
+int(``--client-rate`` times the silos), a sample drawn without replacement each round. ``--seed`` seeds the server's
+sampling (Python's ``random``) and noise (numpy's global generator), which Flower draws unseeded.
+
     python -m benchmarks.comparisons.flower_fedavg --workload W.npz --result R.json [--cpus 2]
+        [--noise-multiplier Z --clip-norm C [--client-rate Q] [--seed S]]
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import random
 import time
 from typing import Iterable
 
@@ -25,7 +33,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 from flwr.simulation import run_simulation
 
 
@@ -91,7 +99,8 @@ def train(msg: Message, context: Context) -> Message:
     context.state["rng"] = ConfigRecord({"state": generator.get_state().numpy().tobytes()})
     content = RecordDict({
         "arrays": ArrayRecord(model.state_dict()),
-        "metrics": MetricRecord({"train_loss": loss, "num-examples": int(len(y))}),
+        # "unit-weight": equal weights for the DP runs (a record count would be an un-noised, data-dependent weight)
+        "metrics": MetricRecord({"train_loss": loss, "num-examples": int(len(y)), "unit-weight": 1}),
     })
     return Message(content=content, reply_to=msg)
 
@@ -111,7 +120,20 @@ class CountingFedAvg(FedAvg):
         return super().aggregate_train(server_round, replies)
 
 
-def server_app_for(workload_path: str, result: dict) -> ServerApp:
+def strategy_for(silos: int, dp: argparse.Namespace) -> tuple[CountingFedAvg, object]:
+    """FedAvg over every silo weighted by record counts or, with ``dp.noise_multiplier`` set, Flower's central DP
+    wrapper around FedAvg with equal weights on a sample of max(1, int(``dp.client_rate`` * silos)); (the counter,
+    the strategy)."""
+    if dp.noise_multiplier is None:
+        counting = CountingFedAvg(silos=silos, fraction_train=1.0, fraction_evaluate=0.0)
+        return counting, counting
+    sampled = max(int(silos * dp.client_rate), 1)  # FedAvg's own sample size, at least min_train_nodes = 1
+    counting = CountingFedAvg(silos=sampled, fraction_train=dp.client_rate, fraction_evaluate=0.0, min_train_nodes=1,
+                              min_available_nodes=silos, weighted_by_key="unit-weight")
+    return counting, DifferentialPrivacyServerSideFixedClipping(counting, dp.noise_multiplier, dp.clip_norm, sampled)
+
+
+def server_app_for(workload_path: str, result: dict, dp: argparse.Namespace) -> ServerApp:
     server_app = ServerApp()
 
     @server_app.main()
@@ -130,13 +152,15 @@ def server_app_for(workload_path: str, result: dict) -> ServerApp:
                 result["accuracy"] = accuracy
             return MetricRecord({"accuracy": accuracy})
 
-        # Every silo trains; the server evaluates (no evaluation rounds on the silos).
-        strategy = CountingFedAvg(silos=int(work["silos"]), fraction_train=1.0, fraction_evaluate=0.0)
+        # The silos train; the server evaluates (no evaluation rounds on the silos).
+        random.seed(dp.seed)  # the sample of silos (FedAvg draws it with random.sample)
+        np.random.seed(dp.seed)  # the DP wrapper's noise (np.random.normal)
+        counting, strategy = strategy_for(int(work["silos"]), dp)
         started = time.perf_counter()
         strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=int(work["rounds"]),
                        train_config=ConfigRecord({"workload": workload_path}), evaluate_fn=evaluate)
         result["rounds_seconds"] = time.perf_counter() - started
-        result["complete_rounds"] = strategy.complete_rounds
+        result["complete_rounds"] = counting.complete_rounds
 
     return server_app
 
@@ -146,11 +170,15 @@ def main() -> None:
     parser.add_argument("--workload", required=True)
     parser.add_argument("--result", required=True)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--noise-multiplier", type=float, help="wrap FedAvg in DifferentialPrivacyServerSideFixedClipping")
+    parser.add_argument("--clip-norm", type=float, default=1.0)
+    parser.add_argument("--client-rate", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     result: dict = {}
     silos = int(workload(args.workload)["silos"])
     run_simulation(
-        server_app=server_app_for(args.workload, result),
+        server_app=server_app_for(args.workload, result, args),
         client_app=client_app,
         num_supernodes=silos,
         # Ray with the benchmark's CPUs; one worker actor per CPU (Flower's pool of warm actors).

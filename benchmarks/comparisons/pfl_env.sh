@@ -6,7 +6,7 @@
 #
 #     bash benchmarks/comparisons/pfl_env.sh            # then: python benchmarks/bench_vs_pfl.py
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV="${PFL_VENV:-/tmp/privsilo-pfl-venv}"
 PFL_VERSION="${PFL_VERSION:-0.6.0}"
 TORCH_PIN="$(grep -E '^torch==' constraints-cpu.txt)"

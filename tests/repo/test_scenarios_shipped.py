@@ -34,7 +34,7 @@ def test_every_shipped_single_scenario_is_listed_here():
     singles = {str(p.relative_to(SCENARIOS)) for p in SHIPPED if not p.name.endswith("_grid.yaml")}
     assert singles - set(SINGLE_NON_MNIST) == {
         "mnist_dpsgd.yaml", "rpdp/mnist_iid.yaml", "rpdp/mnist_noniid.yaml", "uldp/heart_disease.yaml", "pldp/mnist.yaml",
-        "pldp/fashion_mnist.yaml", "uldp/mnist.yaml", "uldp/mnist_naive.yaml",
+        "pldp/fashion_mnist.yaml", "uldp/mnist.yaml", "uldp/mnist_naive.yaml", "dp_fedavg/mnist_distributed.yaml",
     }
 
 
