@@ -279,8 +279,11 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
 @pytest.mark.timeout(1800)
 def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_uninterrupted_runs_results(state_dir, tmp_path):
     scenario = tmp_path / "scenario.yaml"
+    # enough rounds that the SIGINT surely lands between the first checkpoint and the last round, also when this test
+    # process is slow to see the checkpoint (40 rounds of 5 steps on warm actors took about a second, and under load
+    # all of them ran first)
     scenario.write_text(yaml.safe_dump(small_scenario(name="outlives", checkpoint={"every": 1}, federation={
-        "rounds": 40, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
+        "rounds": 150, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
     state, _ = started_pool("--idle-timeout", "600")
     interrupted = tmp_path / "interrupted"
     caller = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out",
