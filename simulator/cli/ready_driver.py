@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--supervisor", type=int, required=True)
     args = parser.parse_args(argv)
+    # The callers' Ctrl-C reaches a command as a SIGINT passed on to this process: take it even where the pool was
+    # started from a shell that ignores SIGINT (a background job, nohup), which this process would inherit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     return serve(state_dir=args.state_dir, supervisor=args.supervisor)
 
 

@@ -1,4 +1,5 @@
-"""Free ports on the loopback interface, processes' command lines, and killing a process session at once."""
+"""Free ports on the loopback interface, processes' command lines and signal masks, and killing a process session at
+once."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,22 @@ def command_line(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def foreground_job() -> None:
+    """``preexec_fn`` for a command a test interrupts as a terminal's Ctrl-C would: SIGINT at its default, as in a
+    shell's foreground job, also where this test process inherited it ignored (a suite started as a background job
+    or under nohup ignores SIGINT, and so would the command)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_masks(pid: int) -> dict[str, str]:
+    """A process's pending, blocked, ignored and caught signal masks as /proc gives them (empty if it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {line.split(":")[0]: line.split()[1] for line in lines if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))}
 
 
 def kill_session(leader: int) -> None:

@@ -34,7 +34,7 @@ from privsilo.simulator.runtime.processes import descendants, process_start
 from tests.support import cli
 from tests.support.outputs import metrics_without_wall_times
 from tests.support.paths import REPO
-from tests.support.processes import command_line
+from tests.support.processes import command_line, foreground_job, signal_masks
 from tests.support.scenarios import small_scenario
 
 OTHER_USER = "privsilo-test-other"
@@ -279,22 +279,21 @@ def test_only_the_pools_owner_can_join_it_or_read_its_files_and_only_with_the_po
 @pytest.mark.timeout(1800)
 def test_a_run_interrupted_on_the_pool_resumes_after_the_pool_is_gone_with_an_uninterrupted_runs_results(state_dir, tmp_path):
     scenario = tmp_path / "scenario.yaml"
-    # enough rounds that the SIGINT surely lands between the first checkpoint and the last round, also when this test
-    # process is slow to see the checkpoint (40 rounds of 5 steps on warm actors took about a second, and under load
-    # all of them ran first)
     scenario.write_text(yaml.safe_dump(small_scenario(name="outlives", checkpoint={"every": 1}, federation={
-        "rounds": 150, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
+        "rounds": 40, "client_rate": 1.0, "local_steps": 5, "batch_size": 32, "lr": 0.1})))
     state, _ = started_pool("--idle-timeout", "600")
     interrupted = tmp_path / "interrupted"
     caller = subprocess.Popen([sys.executable, "-m", "privsilo.simulator.cli", "run", str(scenario), "--no-progress", "--out",
-                               str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                               str(interrupted)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              preexec_fn=foreground_job)
     deadline = time.monotonic() + GONE_WITHIN_S
     while not (interrupted / "checkpoint.pkl").exists():
         assert time.monotonic() < deadline and caller.poll() is None, f"no checkpoint: {caller.communicate()[1][-3000:]}"
         time.sleep(0.1)
+    signals = signal_masks(caller.pid), signal_masks(local_pool.read_state().driver[0])  # should the SIGINT go unanswered
     caller.send_signal(signal.SIGINT)
     out, err = caller.communicate(timeout=600)
-    assert caller.returncode == 130 and f"Ray head at {state.address}" in out, out[-2000:] + err[-3000:]
+    assert caller.returncode == 130 and f"Ray head at {state.address}" in out, (signals, out[-2000:] + err[-3000:])
     privsilo("pool", "stop")
 
     resumed = privsilo("resume", str(interrupted), "--no-progress")  # the pool's head is gone: Ray of its own
