@@ -180,9 +180,10 @@ class SessionPool(WorkerPool):
                 else:
                     spare.append((shape, handle))
             new = {shape: count - len(taken[shape]) for shape, count in counts.items()}
-            room = _room_beside(new, [shape for shape, _ in spare], free=ray.available_resources(),
-                                nodes=sum(node["Alive"] for node in ray.nodes()))
-            kept = spare[-SPARE_ACTORS:] if room else []
+            # asks Ray for the free resources and nodes only where there are spares to keep
+            kept = spare[-SPARE_ACTORS:] if spare and _room_beside(
+                new, [shape for shape, _ in spare], free=ray.available_resources(),
+                nodes=sum(node["Alive"] for node in ray.nodes())) else []
             self._idle = kept
         for _, handle in spare[:len(spare) - len(kept)]:
             ray.kill(handle)
